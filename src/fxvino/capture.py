@@ -1,0 +1,178 @@
+"""From a Dynamo graph to compiled functional ATen graphs, through AOTAutograd.
+
+AOTAutograd gives functional ATen IR with SymInt placeholders under dynamic shapes, and
+splits training graphs into forward and backward. The compilers get the options by closure
+(``functools.partial``), so two compiled models never share state.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import itertools
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+from torch._decomp import core_aten_decompositions, get_decompositions
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+from fxvino.options import Options
+from fxvino.partition import partition_and_compile
+from fxvino.report import Fallback, GraphReport, publish
+
+logger = logging.getLogger("fxvino")
+aten = torch.ops.aten
+
+# Ops OpenVINO has fused kernels for: lowered directly instead of decomposed.
+KEEP_UNDECOMPOSED = frozenset(
+    {
+        aten._scaled_dot_product_flash_attention_for_cpu.default,
+        aten.silu.default,
+        aten.hardswish.default,
+        aten.hardsigmoid.default,
+        aten.mish.default,
+        aten.softplus.default,
+        aten.elu.default,
+        aten.leaky_relu.default,
+        aten.hardtanh.default,
+        aten.log_softmax.int,
+        aten._log_softmax.default,
+        aten.upsample_nearest2d.vec,
+        aten.upsample_bilinear2d.vec,
+        aten.native_group_norm.default,
+    }
+)
+
+
+def decomposition_table(options: Options) -> dict[torch._ops.OpOverload, Callable]:
+    table = {k: v for k, v in core_aten_decompositions().items() if k not in KEEP_UNDECOMPOSED}
+    table.update(get_decompositions(list(options.decompositions)))
+    return table
+
+
+def _counter() -> Callable[[], int]:
+    c = itertools.count()
+    return lambda: next(c)
+
+
+def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Options) -> Callable:
+    """The body of the ``fxvino`` backend for one Dynamo graph."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.utils import get_static_address_type
+
+    # Real values of parameters/buffers (only those: user inputs are not kept alive).
+    static = {
+        i: t
+        for i, t in enumerate(example_inputs)
+        if isinstance(t, torch.Tensor) and get_static_address_type(t) is not None
+    }
+    graph_id = _counter()
+    compile_fn = functools.partial(_compile_aten, options=options, static=static, next_id=graph_id)
+    if options.aot_autograd:
+        bw = functools.partial(compile_fn, kind="backward")
+    else:
+        bw = functools.partial(_backward_in_pytorch, next_id=graph_id)
+    backend = aot_autograd(
+        fw_compiler=functools.partial(compile_fn, kind="forward"),
+        bw_compiler=bw,
+        inference_compiler=functools.partial(compile_fn, kind="inference"),
+        decompositions=decomposition_table(options),
+    )
+    try:
+        return backend(gm, example_inputs)
+    except Exception as e:  # noqa: BLE001 - a model that runs eagerly must not crash
+        report = GraphReport(f"g{graph_id()}", "dynamo")
+        report.fallback(Fallback("graph", "AOTAutograd capture", f"{type(e).__name__}: {e}", "eager"))
+        publish(report)
+        return gm.forward
+
+
+def _compile_aten(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    *,
+    options: Options,
+    static: dict[int, torch.Tensor],
+    next_id: Callable[[], int],
+    kind: str,
+) -> Callable:
+    report = GraphReport(f"g{next_id()}", kind)
+    frozen = _frozen_inputs(gm, static) if kind == "inference" else {}
+    report.frozen_inputs = len(frozen)
+    live = [i for i in range(len(example_inputs)) if i not in frozen]
+    try:
+        # Work on a copy of the graph: if anything fails half-way, ``gm`` is still intact.
+        work = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+        with unset_fake_temporarily():  # AOTAutograd calls us in fake mode; weights are real
+            _freeze(work, frozen)
+        runner = partition_and_compile(work, options, report)
+    except Exception as e:  # noqa: BLE001 - a bug of ours must degrade, not crash the model
+        logger.exception("fxvino: compiling graph %s failed", report.name)
+        report.fallback(Fallback("graph", f"{report.num_nodes} nodes", f"{type(e).__name__}: {e}", "eager"))
+        publish(report)
+        return gm
+    publish(report)
+    if not frozen:
+        return runner
+
+    def run(*args: Any) -> Any:
+        return runner(*[args[i] for i in live])
+
+    run.fxvino_report = report  # type: ignore[attr-defined]
+    return run
+
+
+def _backward_in_pytorch(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, next_id) -> Callable:
+    report = GraphReport(f"g{next_id()}", "backward")
+    report.num_nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+    report.fallback(
+        Fallback("backward graph", f"{report.num_nodes} nodes", "aot_autograd is False: backward runs in PyTorch", "eager")
+    )
+    publish(report)
+    return gm
+
+
+def _frozen_inputs(gm: torch.fx.GraphModule, static: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+    """Parameters and buffers of an inference graph that can become OpenVINO constants.
+
+    AOTAutograd's ``static_input_indices`` name them; they line up with Dynamo's inputs when
+    the counts agree. Inputs the graph mutates are never frozen.
+    """
+    from torch._guards import TracingContext
+
+    tc = TracingContext.try_get()
+    meta = tc.fw_metadata if tc is not None else None
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    if meta is None or not static:
+        return {}
+    frozen = {}
+    for i in meta.static_input_indices:
+        if i >= len(placeholders) or i not in static or meta.input_info[i].mutates_data:
+            continue
+        val = placeholders[i].meta.get("val")
+        real = static[i]
+        if not isinstance(val, torch.Tensor) or tuple(val.shape) != tuple(real.shape) or val.dtype != real.dtype:
+            continue
+        frozen[i] = real
+    return frozen
+
+
+def _freeze(gm: torch.fx.GraphModule, frozen: dict[int, torch.Tensor]) -> None:
+    """Replace frozen placeholders by get_attr nodes holding the real tensors."""
+    if not frozen:
+        return
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    first = next(n for n in gm.graph.nodes if n.op != "placeholder")
+    for i, t in frozen.items():
+        node = placeholders[i]
+        name = f"_fxvino_frozen_{i}"
+        gm.register_buffer(name, t.detach(), persistent=False)
+        with gm.graph.inserting_before(first):
+            attr = gm.graph.get_attr(name)
+        attr.meta = dict(node.meta)
+        node.replace_all_uses_with(attr)
+        gm.graph.erase_node(node)
+    gm.recompile()

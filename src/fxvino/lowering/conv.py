@@ -1,0 +1,49 @@
+"""Convolution (1-3 spatial dims, grouped, transposed) onto OpenVINO's (Group)Convolution."""
+
+from __future__ import annotations
+
+import openvino.opset16 as ops
+import torch
+
+from fxvino.lowering import helpers as h
+from fxvino.lowering.registry import lowers
+
+aten = torch.ops.aten
+
+
+def _conv_ok(node: torch.fx.Node) -> str | None:
+    x, w = node.args[0], node.args[1]
+    if h.meta(x).dim() not in (3, 4, 5):
+        return "only batched 1-3d convolutions are lowered"
+    if any(not isinstance(s, int) for s in h.meta(w).shape):
+        return "weights must have a static shape"
+    transposed, groups = node.args[6], node.args[8]
+    if transposed and groups != 1:
+        return "grouped transposed convolution is not lowered yet"
+    return None
+
+
+def _grouped_weight(w, groups: int, transposed: bool):
+    shape = h.static_shape(w)
+    if transposed:
+        return w
+    return h.reshape(w, [groups, shape[0] // groups, *shape[1:]])
+
+
+@lowers(aten.convolution.default, validator=_conv_ok)
+def convolution(ctx, node, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+    x, w = h.to_out(node, x, w)
+    spatial = h.rank(x) - 2
+    stride, padding, dilation = (list(v) * (spatial if len(v) == 1 else 1) for v in (stride, padding, dilation))
+    if transposed:
+        y = ops.convolution_backprop_data(
+            x, w, stride, padding, padding, dilation, output_padding=list(output_padding) or None
+        ).output(0)
+    elif groups == 1:
+        y = ops.convolution(x, w, stride, padding, padding, dilation).output(0)
+    else:
+        y = ops.group_convolution(x, _grouped_weight(w, groups, False), stride, padding, padding, dilation).output(0)
+    if bias is not None:
+        b = h.reshape(h.cast(bias, h.out_dtype(node)), [1, -1] + [1] * spatial)
+        y = ops.add(y, b).output(0)
+    return y

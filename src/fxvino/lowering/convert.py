@@ -1,0 +1,194 @@
+"""Turn one FX partition (functional ATen) into an ``ov.Model``.
+
+The driver walks the graph once: placeholders become Parameters (or Constants for frozen
+weights), symbolic-int placeholders are recomputed in-graph from a tensor's ShapeOf where
+possible so one compiled model serves every size, and every call_function node goes through
+its registry entry.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import openvino as ov
+import openvino.opset16 as ops
+import torch
+import torch.fx
+
+from fxvino.lowering import helpers as h
+from fxvino.lowering.registry import REGISTRY, op_name
+from fxvino.lowering.types import ov_type, to_numpy
+
+
+class LoweringError(RuntimeError):
+    """A node could not be lowered; carries the node so reports can say which one."""
+
+    def __init__(self, node: torch.fx.Node | None, reason: str):
+        where = f"{node.name} ({op_name(node.target)})" if node is not None else "graph"
+        super().__init__(f"{where}: {reason}")
+        self.node = node
+        self.reason = reason
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+    """One runtime input of the OpenVINO model: a tensor, or a symbolic int fed as i64."""
+
+    kind: str  # "tensor" | "symint"
+    position: int  # index into the partition's runtime arguments
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputSpec:
+    kind: str  # "tensor" | "symint" | "python"
+    index: int = -1  # OpenVINO output index for tensor/symint
+    value: Any = None  # the Python value for kind == "python"
+    dtype: torch.dtype | None = None
+
+
+@dataclasses.dataclass
+class LoweredGraph:
+    model: ov.Model
+    inputs: list[InputSpec]
+    outputs: list[OutputSpec]
+    runtime_positions: list[int]  # placeholder positions still passed at run time
+    op_counts: collections.Counter
+
+
+@dataclasses.dataclass
+class LoweringContext:
+    """What a lowering may need beyond its node: the graph being built."""
+
+    name: str
+    env: dict[torch.fx.Node, Any] = dataclasses.field(default_factory=dict)
+
+
+def _sym_key(v: Any) -> str | None:
+    return str(v.node.expr) if isinstance(v, torch.SymInt) else None
+
+
+def lower_graph(
+    gm: torch.fx.GraphModule, constants: Mapping[int, torch.Tensor], name: str = "fxvino"
+) -> LoweredGraph:
+    """Lower ``gm``; placeholder positions in ``constants`` become OpenVINO Constants."""
+    ctx = LoweringContext(name)
+    params: list[ov.Node] = []
+    inputs: list[InputSpec] = []
+    runtime_positions: list[int] = []
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    sym_sources: dict[str, ov.Output] = {}
+    pending_syms: list[tuple[int, torch.fx.Node]] = []
+
+    for pos, node in enumerate(placeholders):
+        val = node.meta.get("val")
+        if pos in constants:
+            t = constants[pos].detach()
+            ctx.env[node] = _constant(t)
+        elif isinstance(val, torch.Tensor):
+            shape = ov.PartialShape([d if isinstance(d, int) else -1 for d in val.shape])
+            p = ops.parameter(shape, ov_type(val.dtype), name=node.name)
+            params.append(p)
+            inputs.append(InputSpec("tensor", pos))
+            runtime_positions.append(pos)
+            ctx.env[node] = p.output(0)
+            for d, size in enumerate(val.shape):
+                key = _sym_key(size)
+                if key is not None and key not in sym_sources:
+                    sym_sources[key] = h.dim(p.output(0), d)
+        elif isinstance(val, torch.SymInt):
+            pending_syms.append((pos, node))
+        elif isinstance(val, (int, float, bool)) or val is None:
+            ctx.env[node] = val
+            runtime_positions.append(pos)  # still passed; ignored by the model
+        else:
+            raise LoweringError(node, f"unsupported placeholder value {type(val).__name__}")
+
+    for pos, node in pending_syms:
+        key = _sym_key(node.meta["val"])
+        if key in sym_sources:
+            ctx.env[node] = sym_sources[key]
+        else:
+            p = ops.parameter(ov.PartialShape([]), ov.Type.i64, name=node.name)
+            params.append(p)
+            inputs.append(InputSpec("symint", pos))
+            ctx.env[node] = p.output(0)
+        runtime_positions.append(pos)
+    runtime_positions.sort()
+    # Runtime arguments are passed in placeholder order; inputs are indexed the same way.
+    order = {pos: i for i, pos in enumerate(runtime_positions)}
+    inputs = [dataclasses.replace(s, position=order[s.position]) for s in inputs]
+
+    counts: collections.Counter = collections.Counter()
+    results: list[ov.Node] = []
+    outputs: list[OutputSpec] = []
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            ctx.env[node] = _constant(fetch_attr(gm, node.target))
+        elif node.op == "call_function":
+            entry = REGISTRY.get(node.target)
+            if entry is None:
+                raise LoweringError(node, "no OpenVINO lowering")
+            args = _map(node.args, ctx.env)
+            kwargs = {k: _map(v, ctx.env) for k, v in node.kwargs.items()}
+            try:
+                ctx.env[node] = entry.fn(ctx, node, *args, **kwargs)
+            except LoweringError:
+                raise
+            except Exception as e:  # noqa: BLE001 - any failure is reported with its node
+                raise LoweringError(node, f"{type(e).__name__}: {e}") from e
+            counts[op_name(node.target)] += 1
+        elif node.op == "output":
+            outputs = [_result(a, results, ctx.env) for a in _flat(node.args[0])]
+        elif node.op != "placeholder":
+            raise LoweringError(node, f"unsupported FX node kind {node.op}")
+    model = ov.Model(results, params, name)
+    return LoweredGraph(model, inputs, outputs, runtime_positions, counts)
+
+
+def _constant(t: torch.Tensor) -> ov.Output:
+    t = t.detach()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    if t.dtype == torch.bfloat16:
+        return ops.constant(ov.Tensor(to_numpy(t), list(t.shape), ov.Type.bf16)).output(0)
+    return ops.constant(to_numpy(t), shared_memory=True).output(0)
+
+
+def fetch_attr(gm: torch.fx.GraphModule, target: str) -> torch.Tensor:
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _map(a: Any, env: dict) -> Any:
+    if isinstance(a, torch.fx.Node):
+        return env[a]
+    if isinstance(a, (list, tuple)):
+        return type(a)(_map(x, env) for x in a)
+    return a
+
+
+def _flat(out: Any) -> list:
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def _result(node: Any, results: list[ov.Node], env: dict) -> OutputSpec:
+    """Append ``node``'s lowered value as a model Result and describe how to return it."""
+    if not isinstance(node, torch.fx.Node):
+        return OutputSpec("python", value=node)
+    lowered, val = env[node], node.meta.get("val")
+    if isinstance(val, torch.SymInt) or (isinstance(val, int) and h.is_output(lowered)):
+        results.append(ops.result(h.cast(lowered, torch.int64)))
+        return OutputSpec("symint", index=len(results) - 1)
+    if not h.is_output(lowered):
+        return OutputSpec("python", value=lowered)
+    if not isinstance(val, torch.Tensor):
+        raise LoweringError(node, f"output has meta value {type(val).__name__}, expected a tensor")
+    if h.rank(lowered) != val.dim():
+        raise LoweringError(node, f"lowered rank {h.rank(lowered)} differs from torch's {val.dim()}")
+    results.append(ops.result(h.cast(lowered, val.dtype)))
+    return OutputSpec("tensor", index=len(results) - 1, dtype=val.dtype)

@@ -1,0 +1,371 @@
+"""Pointwise arithmetic, comparison, logic and math functions."""
+
+from __future__ import annotations
+
+import math
+
+import openvino.opset16 as ops
+import torch
+
+from fxvino.lowering import helpers as h
+from fxvino.lowering.registry import lowers
+
+aten = torch.ops.aten
+
+
+def _float_input(node: torch.fx.Node) -> str | None:
+    return None if h.out_dtype(node).is_floating_point else "needs a floating-point result"
+
+
+# Unary ops that compute in the output dtype: aten op -> OpenVINO builder.
+_UNARY = {
+    aten.abs.default: ops.abs,
+    aten.neg.default: ops.negative,
+    aten.exp.default: ops.exp,
+    aten.log.default: ops.log,
+    aten.sqrt.default: ops.sqrt,
+    aten.sin.default: ops.sin,
+    aten.cos.default: ops.cos,
+    aten.tan.default: ops.tan,
+    aten.asin.default: ops.asin,
+    aten.acos.default: ops.acos,
+    aten.atan.default: ops.atan,
+    aten.sinh.default: ops.sinh,
+    aten.cosh.default: ops.cosh,
+    aten.tanh.default: ops.tanh,
+    aten.asinh.default: ops.asinh,
+    aten.acosh.default: ops.acosh,
+    aten.atanh.default: ops.atanh,
+    aten.erf.default: ops.erf,
+    aten.sigmoid.default: ops.sigmoid,
+    aten.relu.default: ops.relu,
+    aten.ceil.default: ops.ceiling,
+    aten.floor.default: ops.floor,
+    aten.sign.default: ops.sign,
+}
+
+
+def _unary(builder):
+    def lower(ctx, node, x):
+        (x,) = h.to_out(node, x)
+        if x.get_element_type().is_integral() and builder in (ops.ceiling, ops.floor):
+            return x
+        return builder(x).output(0)
+
+    return lower
+
+
+for _op, _builder in _UNARY.items():
+    lowers(_op)(_unary(_builder))
+
+
+@lowers(aten.round.default)
+def round_(ctx, node, x):
+    (x,) = h.to_out(node, x)
+    return ops.round(x, "half_to_even").output(0)
+
+
+@lowers(aten.trunc.default)
+def trunc(ctx, node, x):
+    (x,) = h.to_out(node, x)
+    if not h.is_float(h.out_dtype(node)):
+        return x
+    return ops.multiply(ops.sign(x), ops.floor(ops.abs(x))).output(0)
+
+
+@lowers(aten.rsqrt.default)
+def rsqrt(ctx, node, x):
+    (x,) = h.to_out(node, x)
+    return ops.divide(h.const(1, h.out_dtype(node)), ops.sqrt(x)).output(0)
+
+
+@lowers(aten.reciprocal.default)
+def reciprocal(ctx, node, x):
+    (x,) = h.to_out(node, x)
+    return ops.divide(h.const(1, h.out_dtype(node)), x).output(0)
+
+
+@lowers(aten.log2.default, aten.log10.default)
+def log_base(ctx, node, x):
+    (x,) = h.to_out(node, x)
+    base = 2.0 if node.target is aten.log2.default else 10.0
+    return ops.divide(ops.log(x), h.const(math.log(base), h.out_dtype(node))).output(0)
+
+
+@lowers(aten.log1p.default)
+def log1p(ctx, node, x):
+    (x,) = h.to_out(node, x)
+    return ops.log(ops.add(x, h.const(1, h.out_dtype(node)))).output(0)
+
+
+@lowers(aten.expm1.default)
+def expm1(ctx, node, x):
+    (x,) = h.to_out(node, x)
+    return ops.subtract(ops.exp(x), h.const(1, h.out_dtype(node))).output(0)
+
+
+@lowers(aten.exp2.default)
+def exp2(ctx, node, x):
+    (x,) = h.to_out(node, x)
+    return ops.power(h.const(2, h.out_dtype(node)), x).output(0)
+
+
+@lowers(aten.isnan.default)
+def isnan(ctx, node, x):
+    return ops.not_equal(x, x).output(0)
+
+
+@lowers(aten.isinf.default)
+def isinf(ctx, node, x):
+    if not x.get_element_type().is_real():
+        return ops.equal(x, ops.add(x, h.const(1, h.dtype_of(x)))).output(0)  # never true for ints
+    return ops.is_inf(x).output(0)
+
+
+@lowers(aten.logical_not.default)
+def logical_not(ctx, node, x):
+    return ops.logical_not(h.cast(x, torch.bool)).output(0)
+
+
+@lowers(aten.bitwise_not.default)
+def bitwise_not(ctx, node, x):
+    if h.out_dtype(node) == torch.bool:
+        return ops.logical_not(x).output(0)
+    return ops.bitwise_not(x).output(0)
+
+
+def _alpha(node, b, alpha):
+    if alpha == 1:
+        return b
+    return ops.multiply(b, h.const(alpha, h.out_dtype(node))).output(0)
+
+
+@lowers(aten.add.Tensor, aten.add.Scalar)
+def add(ctx, node, a, b, alpha=1):
+    a, b = h.to_out(node, a, b)
+    if h.out_dtype(node) == torch.bool:
+        return ops.logical_or(a, b).output(0)
+    return ops.add(a, _alpha(node, b, alpha)).output(0)
+
+
+@lowers(aten.sub.Tensor, aten.sub.Scalar)
+def sub(ctx, node, a, b, alpha=1):
+    a, b = h.to_out(node, a, b)
+    return ops.subtract(a, _alpha(node, b, alpha)).output(0)
+
+
+@lowers(aten.rsub.Scalar, aten.rsub.Tensor)
+def rsub(ctx, node, a, b, alpha=1):
+    a, b = h.to_out(node, a, b)
+    return ops.subtract(b, _alpha(node, a, alpha)).output(0)
+
+
+@lowers(aten.mul.Tensor, aten.mul.Scalar)
+def mul(ctx, node, a, b):
+    a, b = h.to_out(node, a, b)
+    if h.out_dtype(node) == torch.bool:
+        return ops.logical_and(a, b).output(0)
+    return ops.multiply(a, b).output(0)
+
+
+def _div_rounding(node):
+    mode = node.kwargs.get("rounding_mode")
+    if mode not in (None, "trunc", "floor"):
+        return f"unknown rounding_mode {mode!r}"
+    return None
+
+
+@lowers(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode, validator=_div_rounding)
+def div(ctx, node, a, b, rounding_mode=None):
+    dtype = h.out_dtype(node)
+    if rounding_mode is None or dtype.is_floating_point:
+        a, b = h.to_out(node, a, b)
+        q = ops.divide(a, b).output(0)
+        if rounding_mode == "floor":
+            q = ops.floor(q).output(0)
+        elif rounding_mode == "trunc":
+            q = ops.multiply(ops.sign(q), ops.floor(ops.abs(q))).output(0)
+        return q
+    a, b = h.to_out(node, a, b)
+    # OpenVINO's integer Divide floors (Python semantics); truncation divides magnitudes.
+    if rounding_mode == "floor":
+        return ops.divide(a, b).output(0)
+    sign = ops.multiply(ops.sign(a), ops.sign(b))
+    return ops.multiply(sign, ops.divide(ops.abs(a), ops.abs(b))).output(0)
+
+
+@lowers(aten.floor_divide.default)
+def floor_divide(ctx, node, a, b):
+    a, b = h.to_out(node, a, b)
+    if h.out_dtype(node).is_floating_point:
+        return ops.floor(ops.divide(a, b)).output(0)
+    return ops.divide(a, b).output(0)
+
+
+@lowers(aten.remainder.Tensor, aten.remainder.Scalar)
+def remainder(ctx, node, a, b):
+    a, b = h.to_out(node, a, b)
+    return ops.floor_mod(a, b).output(0)
+
+
+@lowers(aten.fmod.Tensor, aten.fmod.Scalar)
+def fmod(ctx, node, a, b):
+    a, b = h.to_out(node, a, b)
+    return ops.mod(a, b).output(0)
+
+
+@lowers(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
+def pow_(ctx, node, a, b):
+    if node.target is aten.pow.Tensor_Scalar and b == 2:
+        (a,) = h.to_out(node, a)
+        return ops.multiply(a, a).output(0)
+    a, b = h.to_out(node, a, b)
+    return ops.power(a, b).output(0)
+
+
+@lowers(aten.maximum.default)
+def maximum(ctx, node, a, b):
+    a, b = h.to_out(node, a, b)
+    return _nan_propagating(ops.maximum(a, b).output(0), a, b)
+
+
+@lowers(aten.minimum.default)
+def minimum(ctx, node, a, b):
+    a, b = h.to_out(node, a, b)
+    return _nan_propagating(ops.minimum(a, b).output(0), a, b)
+
+
+def _nan_propagating(result, a, b):
+    """torch.maximum/minimum return NaN if either side is NaN; OpenVINO's may not."""
+    if not a.get_element_type().is_real():
+        return result
+    nan = ops.logical_or(ops.not_equal(a, a), ops.not_equal(b, b))
+    return ops.select(nan, ops.add(a, b), result).output(0)
+
+
+@lowers(aten.atan2.default)
+def atan2(ctx, node, a, b):
+    a, b = h.to_out(node, a, b)
+    return _atan2(a, b)
+
+
+def _atan2(y, x):
+    dtype = h.dtype_of(y)
+    pi = h.const(math.pi, dtype)
+    zero = h.const(0, dtype)
+    base = ops.atan(ops.divide(y, x))
+    x_neg = ops.less(x, zero)
+    y_neg = ops.less(y, zero)
+    adj = ops.select(x_neg, ops.select(y_neg, ops.negative(pi), pi), zero)
+    res = ops.add(base, adj)
+    x_zero = ops.equal(x, zero)
+    half = ops.multiply(ops.sign(y), h.const(math.pi / 2, dtype))
+    return ops.select(x_zero, half, res).output(0)
+
+
+_COMPARE = {
+    aten.eq.Tensor: ops.equal,
+    aten.eq.Scalar: ops.equal,
+    aten.ne.Tensor: ops.not_equal,
+    aten.ne.Scalar: ops.not_equal,
+    aten.lt.Tensor: ops.less,
+    aten.lt.Scalar: ops.less,
+    aten.le.Tensor: ops.less_equal,
+    aten.le.Scalar: ops.less_equal,
+    aten.gt.Tensor: ops.greater,
+    aten.gt.Scalar: ops.greater,
+    aten.ge.Tensor: ops.greater_equal,
+    aten.ge.Scalar: ops.greater_equal,
+}
+
+
+def _compare(builder):
+    def lower(ctx, node, a, b):
+        a, b = h.promote(node, a, b)
+        return builder(a, b).output(0)
+
+    return lower
+
+
+for _op, _builder in _COMPARE.items():
+    lowers(_op)(_compare(_builder))
+
+
+_LOGICAL = {
+    aten.logical_and.default: ops.logical_and,
+    aten.logical_or.default: ops.logical_or,
+    aten.logical_xor.default: ops.logical_xor,
+}
+
+
+def _logical(builder):
+    def lower(ctx, node, a, b):
+        return builder(h.cast(a, torch.bool), h.cast(b, torch.bool)).output(0)
+
+    return lower
+
+
+for _op, _builder in _LOGICAL.items():
+    lowers(_op)(_logical(_builder))
+
+
+_BITWISE = {
+    aten.bitwise_and.Tensor: (ops.bitwise_and, ops.logical_and),
+    aten.bitwise_and.Scalar: (ops.bitwise_and, ops.logical_and),
+    aten.bitwise_or.Tensor: (ops.bitwise_or, ops.logical_or),
+    aten.bitwise_or.Scalar: (ops.bitwise_or, ops.logical_or),
+    aten.bitwise_xor.Tensor: (ops.bitwise_xor, ops.logical_xor),
+    aten.bitwise_xor.Scalar: (ops.bitwise_xor, ops.logical_xor),
+}
+
+
+def _bitwise(builders):
+    def lower(ctx, node, a, b):
+        a, b = h.to_out(node, a, b)
+        builder = builders[1] if h.out_dtype(node) == torch.bool else builders[0]
+        return builder(a, b).output(0)
+
+    return lower
+
+
+for _op, _builders in _BITWISE.items():
+    lowers(_op)(_bitwise(_builders))
+
+
+@lowers(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def where(ctx, node, cond, a, b):
+    a, b = h.to_out(node, a, b)
+    return ops.select(h.cast(cond, torch.bool), a, b).output(0)
+
+
+@lowers(aten.clamp.default, aten.clamp.Tensor)
+def clamp(ctx, node, x, min=None, max=None):  # noqa: A002 - ATen's argument names
+    (x,) = h.to_out(node, x)
+    dtype = h.out_dtype(node)
+    if min is not None:
+        x = ops.maximum(x, h.cast(min, dtype)).output(0)
+    if max is not None:
+        x = ops.minimum(x, h.cast(max, dtype)).output(0)
+    return x
+
+
+@lowers(aten.clamp_min.default, aten.clamp_min.Tensor)
+def clamp_min(ctx, node, x, min):  # noqa: A002
+    return clamp(ctx, node, x, min=min)
+
+
+@lowers(aten.clamp_max.default, aten.clamp_max.Tensor)
+def clamp_max(ctx, node, x, max):  # noqa: A002
+    return clamp(ctx, node, x, max=max)
+
+
+@lowers(aten._to_copy.default)
+def to_copy(ctx, node, x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+            memory_format=None):
+    return h.cast(x, h.out_dtype(node))
+
+
+@lowers(aten.lerp.Scalar, aten.lerp.Tensor)
+def lerp(ctx, node, a, b, weight):
+    a, b, w = h.to_out(node, a, b, weight)
+    return ops.add(a, ops.multiply(w, ops.subtract(b, a))).output(0)

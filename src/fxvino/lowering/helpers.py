@@ -1,0 +1,200 @@
+"""Shape and dtype helpers shared by every op family.
+
+Lowered values are ``ov.Output`` objects for tensors and symbolic ints (i64 scalars), and
+plain Python values for static arguments. These helpers accept either, so lowerings read
+like the ATen schema they implement. Add a helper here only if no existing one fits.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import openvino as ov
+import openvino.opset16 as ops
+import torch
+import torch.fx
+
+from fxvino.lowering.types import ov_type, torch_dtype
+
+Value = Any  # ov.Output | int | float | bool | None | list
+
+_NUMPY: dict[torch.dtype, Any] = {
+    torch.float32: np.float32,
+    torch.float16: np.float16,
+    torch.float64: np.float64,
+    torch.int64: np.int64,
+    torch.int32: np.int32,
+    torch.int16: np.int16,
+    torch.int8: np.int8,
+    torch.uint8: np.uint8,
+    torch.bool: np.bool_,
+}
+
+
+def is_output(v: Any) -> bool:
+    return isinstance(v, ov.Output)
+
+
+def const(value: Any, dtype: torch.dtype) -> ov.Output:
+    """A constant of ``dtype`` from a Python scalar, list or numpy array."""
+    if dtype == torch.bfloat16:
+        return ops.convert(const(value, torch.float32), ov.Type.bf16).output(0)
+    return ops.constant(np.asarray(value, dtype=_NUMPY[dtype])).output(0)
+
+
+def i64(value: Any) -> ov.Output:
+    """An i64 tensor from ints, symbolic ints (scalar Outputs) or a list mixing both."""
+    if is_output(value):
+        return cast(value, torch.int64)
+    if isinstance(value, (list, tuple)):
+        return as_shape(value)
+    return const(value, torch.int64)
+
+
+def dtype_of(v: Value) -> torch.dtype:
+    if is_output(v):
+        return torch_dtype(v.get_element_type())
+    if isinstance(v, bool):
+        return torch.bool
+    if isinstance(v, int):
+        return torch.int64
+    return torch.float32
+
+
+def cast(v: Value, dtype: torch.dtype) -> ov.Output:
+    """``v`` as an Output of ``dtype``; a no-op when it already is one."""
+    if not is_output(v):
+        return const(v, dtype)
+    if v.get_element_type() == ov_type(dtype):
+        return v
+    return ops.convert(v, ov_type(dtype)).output(0)
+
+
+def cast_like(v: Value, like: ov.Output) -> ov.Output:
+    return cast(v, dtype_of(like))
+
+
+def rank(x: ov.Output) -> int:
+    r = x.get_partial_shape().rank
+    if r.is_dynamic:
+        raise NotImplementedError("tensors of dynamic rank are not supported")
+    return r.get_length()
+
+
+def static_shape(x: ov.Output) -> list[int | None]:
+    """Dims known at lowering time, None where the dimension is dynamic."""
+    return [d.get_length() if d.is_static else None for d in x.get_partial_shape()]
+
+
+def shape_of(x: ov.Output) -> ov.Output:
+    return ops.shape_of(x, ov.Type.i64).output(0)
+
+
+def dim(x: ov.Output, d: int) -> ov.Output:
+    """Size of dimension ``d`` of ``x`` as an i64 scalar (a constant when static)."""
+    d = norm_dim(d, rank(x))
+    known = static_shape(x)[d]
+    if known is not None:
+        return const(known, torch.int64)
+    return ops.gather(shape_of(x), const(d, torch.int64), const(0, torch.int64)).output(0)
+
+
+def as_shape(values: Sequence[Value]) -> ov.Output:
+    """A 1-D i64 tensor from a list of ints and symbolic ints, folded to a constant when static."""
+    if all(isinstance(v, int) for v in values):
+        return const(list(values), torch.int64)
+    parts = []
+    for v in values:
+        if is_output(v):
+            v = cast(v, torch.int64)
+            parts.append(ops.reshape(v, const([1], torch.int64), False).output(0) if rank(v) == 0 else v)
+        else:
+            parts.append(const([int(v)], torch.int64))
+    return ops.concat(parts, 0).output(0)
+
+
+def norm_dim(d: int, r: int) -> int:
+    if r == 0 and d in (0, -1):
+        return 0
+    if not -r <= d < r:
+        raise IndexError(f"dimension {d} out of range for rank {r}")
+    return d % r
+
+
+def norm_dims(dims: int | Sequence[int] | None, r: int) -> list[int]:
+    if dims is None:
+        return list(range(r))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted({norm_dim(d, r) for d in dims})
+
+
+def meta(node: torch.fx.Node) -> Any:
+    return node.meta["val"]
+
+
+def out_dtype(node: torch.fx.Node, index: int = 0) -> torch.dtype:
+    val = meta(node)
+    if isinstance(val, (list, tuple)):
+        val = val[index]
+    return val.dtype
+
+
+def used_outputs(node: torch.fx.Node) -> set[int]:
+    """Which elements of a multi-output node its users read (via getitem)."""
+    used = set()
+    for u in node.users:
+        if u.target is operator.getitem:
+            used.add(u.args[1])
+        else:
+            return set(range(len(meta(node))))
+    return used
+
+
+def promote(node: torch.fx.Node, *values: Value) -> list[ov.Output]:
+    """Cast operands to the type torch's default promotion gives for ``node``'s inputs."""
+    dtype = promoted_dtype(node)
+    return [cast(v, dtype) for v in values]
+
+
+def promoted_dtype(node: torch.fx.Node) -> torch.dtype:
+    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+    operands = []
+    for a in node.args:
+        if isinstance(a, torch.fx.Node):
+            operands.append(meta(a))
+        elif isinstance(a, (int, float, bool)):
+            operands.append(a)
+    if not operands:
+        return out_dtype(node)
+    return elementwise_dtypes(*operands, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)[1]
+
+
+def to_out(node: torch.fx.Node, *values: Value) -> list[ov.Output]:
+    """Cast operands to ``node``'s output dtype (arithmetic computes in the result type)."""
+    dtype = out_dtype(node)
+    return [cast(v, dtype) for v in values]
+
+
+def is_float(dtype: torch.dtype) -> bool:
+    return dtype.is_floating_point
+
+
+def unsqueeze(x: ov.Output, axes: int | Sequence[int]) -> ov.Output:
+    return ops.unsqueeze(x, const(axes, torch.int64)).output(0)
+
+
+def squeeze(x: ov.Output, axes: int | Sequence[int]) -> ov.Output:
+    return ops.squeeze(x, const(axes, torch.int64)).output(0)
+
+
+def reshape(x: ov.Output, shape: Sequence[Value]) -> ov.Output:
+    return ops.reshape(x, as_shape(shape), True).output(0)
+
+
+def transpose(x: ov.Output, order: Sequence[int]) -> ov.Output:
+    return ops.transpose(x, const(list(order), torch.int64)).output(0)

@@ -1,0 +1,80 @@
+"""Gathers, embedding lookup and advanced indexing."""
+
+from __future__ import annotations
+
+import openvino.opset16 as ops
+import torch
+
+from fxvino.lowering import helpers as h
+from fxvino.lowering.registry import lowers
+
+aten = torch.ops.aten
+
+
+@lowers(aten.embedding.default)
+def embedding(ctx, node, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return ops.gather(weight, h.cast(indices, torch.int64), h.const(0, torch.int64)).output(0)
+
+
+@lowers(aten.index_select.default)
+def index_select(ctx, node, x, dim, index):
+    d = h.norm_dim(dim, h.rank(x))
+    if h.rank(x) == 0:
+        return x
+    return ops.gather(x, h.cast(index, torch.int64), h.const(d, torch.int64)).output(0)
+
+
+@lowers(aten.gather.default)
+def gather(ctx, node, x, dim, index, *, sparse_grad=False):
+    if h.rank(x) == 0:
+        return x
+    d = h.norm_dim(dim, h.rank(x))
+    index = h.cast(index, torch.int64)
+    # torch allows index smaller than x in non-gather dims: slice x down to index's extent.
+    ishape, xshape = h.static_shape(index), h.static_shape(x)
+    if ishape != xshape or None in ishape:
+        ends = [h.dim(index, i) if i != d else h.dim(x, i) for i in range(h.rank(x))]
+        x = ops.slice(x, h.const([0] * h.rank(x), torch.int64), h.as_shape(ends), h.const([1] * h.rank(x),
+                      torch.int64)).output(0)
+    return ops.gather_elements(x, index, d).output(0)
+
+
+def _index_ok(node: torch.fx.Node) -> str | None:
+    indices = node.args[1]
+    for i in indices:
+        if i is not None and h.meta(i).dtype == torch.bool:
+            return "boolean mask indexing has a data-dependent output shape"
+    return None
+
+
+@lowers(aten.index.Tensor, validator=_index_ok)
+def index(ctx, node, x, indices):
+    """x[i0, i1, ...] with broadcastable int index tensors (None keeps a dim whole).
+
+    Indexed dims move to the front and GatherND picks them; torch keeps the result dims in
+    place of the indexed block when those dims are adjacent, else puts them first.
+    """
+    r = h.rank(x)
+    present = [d for d, i in enumerate(indices) if i is not None]
+    rest = [d for d in range(r) if d not in present]
+    xt = h.transpose(x, present + rest) if present != list(range(len(present))) else x
+    idx = [h.cast(indices[d], torch.int64) for d in present]
+    zero = h.const(0, torch.int64)
+    acc = ops.broadcast(zero, h.shape_of(idx[0])).output(0)
+    for i in idx[1:]:
+        acc = ops.add(acc, ops.broadcast(zero, h.shape_of(i))).output(0)
+    target = h.shape_of(acc)  # the broadcast shape of all index tensors
+    brank = h.rank(acc)
+    wrapped = []
+    for d, i in zip(present, idx, strict=True):
+        i = ops.select(ops.less(i, zero), ops.add(i, h.dim(x, d)), i).output(0)
+        wrapped.append(h.unsqueeze(ops.broadcast(i, target).output(0), brank))
+    stacked = ops.concat(wrapped, brank).output(0) if len(wrapped) > 1 else wrapped[0]
+    out = ops.gather_nd(xt, stacked, 0).output(0)
+    lead = present[0]
+    adjacent = present == list(range(lead, lead + len(present)))
+    if adjacent and lead != 0:
+        out_rank = len(h.meta(node).shape)
+        order = list(range(brank, brank + lead)) + list(range(brank)) + list(range(brank + lead, out_rank))
+        out = h.transpose(out, order)
+    return out

@@ -1,0 +1,68 @@
+"""Layer, group and batch norm: MVN / BatchNormInference / GroupNormalization kernels."""
+
+from __future__ import annotations
+
+import openvino.opset16 as ops
+import torch
+
+from fxvino.lowering import helpers as h
+from fxvino.lowering.registry import lowers
+
+aten = torch.ops.aten
+
+
+def _mean_rstd(x, axes, eps, keepdim=True):
+    mean = ops.reduce_mean(x, axes, keepdim)
+    centered = ops.subtract(x, ops.reduce_mean(x, axes, True))
+    var = ops.reduce_mean(ops.multiply(centered, centered), axes, keepdim)
+    rstd = ops.divide(h.const(1, h.dtype_of(x)), ops.sqrt(ops.add(var, h.const(eps, h.dtype_of(x)))))
+    return mean.output(0), rstd.output(0)
+
+
+@lowers(aten.native_layer_norm.default)
+def native_layer_norm(ctx, node, x, normalized_shape, weight, bias, eps):
+    r = h.rank(x)
+    axes = h.const(list(range(r - len(normalized_shape), r)), torch.int64)
+    y = ops.mvn(x, axes, True, float(eps), "inside_sqrt").output(0)
+    if weight is not None:
+        y = ops.multiply(y, h.cast_like(weight, y)).output(0)
+    if bias is not None:
+        y = ops.add(y, h.cast_like(bias, y)).output(0)
+    used = h.used_outputs(node)
+    if used <= {0}:
+        return (y, None, None)
+    mean, rstd = _mean_rstd(x, axes, eps)
+    return (y, mean, rstd)
+
+
+def _no_training(node):
+    return None
+
+
+@lowers(aten._native_batch_norm_legit_no_training.default)
+def batch_norm_inference(ctx, node, x, weight, bias, running_mean, running_var, momentum, eps):
+    dtype = h.out_dtype(node)
+    c = h.dim(x, 1)
+    ones = ops.broadcast(h.const(1, dtype), h.unsqueeze(c, 0))
+    zeros = ops.broadcast(h.const(0, dtype), h.unsqueeze(c, 0))
+    w = weight if weight is not None else ones.output(0)
+    b = bias if bias is not None else zeros.output(0)
+    y = ops.batch_norm_inference(x, w, b, running_mean, running_var, float(eps)).output(0)
+    empty = h.const([], dtype)
+    return (y, empty, empty)
+
+
+@lowers(aten.native_group_norm.default)
+def native_group_norm(ctx, node, x, weight, bias, n, c, hw, groups, eps):
+    dtype = h.out_dtype(node)
+    ch = h.dim(x, 1)
+    if weight is None:
+        weight = ops.broadcast(h.const(1, dtype), h.unsqueeze(ch, 0)).output(0)
+    if bias is None:
+        bias = ops.broadcast(h.const(0, dtype), h.unsqueeze(ch, 0)).output(0)
+    y = ops.group_normalization(x, weight, bias, int(groups), float(eps)).output(0)
+    if h.used_outputs(node) <= {0}:
+        return (y, None, None)
+    grouped = ops.reshape(x, h.as_shape([n, groups, -1]), True).output(0)
+    mean, rstd = _mean_rstd(grouped, h.const([2], torch.int64), eps, keepdim=False)
+    return (y, mean, rstd)

@@ -1,0 +1,95 @@
+"""Reductions over dimensions."""
+
+from __future__ import annotations
+
+import openvino.opset16 as ops
+import torch
+
+from fxvino.lowering import helpers as h
+from fxvino.lowering.registry import lowers
+
+aten = torch.ops.aten
+
+
+def _axes(x, dims):
+    r = h.rank(x)
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return h.const(list(range(r)), torch.int64)
+    return h.const(h.norm_dims(dims, r), torch.int64)
+
+
+def _scalar_input(x):
+    """Reductions over a 0-d tensor reduce nothing; OpenVINO wants rank >= 1 there."""
+    return h.rank(x) == 0
+
+
+@lowers(aten.sum.dim_IntList, aten.sum.default)
+def sum_(ctx, node, x, dim=None, keepdim=False, *, dtype=None):
+    x = h.cast(x, h.out_dtype(node))
+    if _scalar_input(x):
+        return x
+    return ops.reduce_sum(x, _axes(x, dim), keepdim).output(0)
+
+
+@lowers(aten.mean.dim, aten.mean.default)
+def mean(ctx, node, x, dim=None, keepdim=False, *, dtype=None):
+    x = h.cast(x, h.out_dtype(node))
+    if _scalar_input(x):
+        return x
+    return ops.reduce_mean(x, _axes(x, dim), keepdim).output(0)
+
+
+@lowers(aten.prod.dim_int, aten.prod.default)
+def prod(ctx, node, x, dim=None, keepdim=False, *, dtype=None):
+    x = h.cast(x, h.out_dtype(node))
+    if _scalar_input(x):
+        return x
+    return ops.reduce_prod(x, _axes(x, dim), keepdim).output(0)
+
+
+@lowers(aten.amax.default)
+def amax(ctx, node, x, dim=(), keepdim=False):
+    if _scalar_input(x):
+        return x
+    return ops.reduce_max(x, _axes(x, dim), keepdim).output(0)
+
+
+@lowers(aten.amin.default)
+def amin(ctx, node, x, dim=(), keepdim=False):
+    if _scalar_input(x):
+        return x
+    return ops.reduce_min(x, _axes(x, dim), keepdim).output(0)
+
+
+@lowers(aten.any.default, aten.any.dim, aten.any.dims)
+def any_(ctx, node, x, dim=None, keepdim=False):
+    x = h.cast(x, torch.bool)
+    if _scalar_input(x):
+        return x
+    return ops.reduce_logical_or(x, _axes(x, dim), keepdim).output(0)
+
+
+@lowers(aten.all.default, aten.all.dim, aten.all.dims)
+def all_(ctx, node, x, dim=None, keepdim=False):
+    x = h.cast(x, torch.bool)
+    if _scalar_input(x):
+        return x
+    return ops.reduce_logical_and(x, _axes(x, dim), keepdim).output(0)
+
+
+@lowers(aten.var.correction, aten.var.dim)
+def var(ctx, node, x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    if node.target is aten.var.dim:
+        correction = 1 if unbiased in (None, True) else 0
+    elif correction is None:
+        correction = 1
+    x = h.cast(x, h.out_dtype(node))
+    if _scalar_input(x):
+        x = h.unsqueeze(x, 0)
+        dim = None
+    axes = _axes(x, dim)
+    mu = ops.reduce_mean(x, axes, True)
+    sq = ops.reduce_sum(ops.multiply(ops.subtract(x, mu), ops.subtract(x, mu)), axes, keepdim)
+    n = ops.reduce_prod(ops.gather(h.shape_of(x), axes, h.const(0, torch.int64)), h.const(0, torch.int64), False)
+    denom = ops.subtract(h.cast(n.output(0), h.out_dtype(node)), h.const(correction, h.out_dtype(node)))
+    return ops.divide(sq, denom).output(0)

@@ -1,0 +1,84 @@
+"""The lowering registry: the single source of truth for what runs on OpenVINO.
+
+Each entry maps an ``OpOverload`` (or a Python callable that appears in FX graphs, such as
+``operator.getitem``) to a lowering function and an optional validator. The partitioner asks
+:func:`decline_reason`; nothing else decides support.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+
+from fxvino.lowering.types import is_supported_dtype
+
+Validator = Callable[[torch.fx.Node], str | None]
+Lowering = Callable[..., Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    target: Any
+    fn: Lowering
+    validator: Validator | None
+    family: str
+
+
+# Filled at import time by the family modules' decorators and never mutated afterwards.
+REGISTRY: dict[Any, Entry] = {}
+
+
+def lowers(*targets: Any, validator: Validator | None = None) -> Callable[[Lowering], Lowering]:
+    """Register ``fn(ctx, node, *args, **kwargs)`` as the lowering of ``targets``.
+
+    ``args``/``kwargs`` are the node's own, with FX nodes replaced by their lowered values
+    (``ov.Output`` for tensors and symbolic ints, Python values otherwise).
+    """
+
+    def wrap(fn: Lowering) -> Lowering:
+        family = fn.__module__.rsplit(".", 1)[-1]
+        for t in targets:
+            if t in REGISTRY:
+                raise RuntimeError(f"{t} is lowered twice: {REGISTRY[t].fn.__module__} and {fn.__module__}")
+            REGISTRY[t] = Entry(t, fn, validator, family)
+        return fn
+
+    return wrap
+
+
+def _meta_values(node: torch.fx.Node) -> list[Any]:
+    val = node.meta.get("val")
+    return list(val) if isinstance(val, (list, tuple)) else [val]
+
+
+def decline_reason(node: torch.fx.Node, disabled: frozenset = frozenset()) -> str | None:
+    """Why ``node`` cannot run on OpenVINO, or None when it can."""
+    target = node.target
+    if target in disabled:
+        return "listed in disabled_ops"
+    entry = REGISTRY.get(target)
+    if entry is None:
+        return "no OpenVINO lowering"
+    if "val" not in node.meta:
+        return "no shape/dtype metadata on the node"
+    tensors = [v for v in _meta_values(node) if isinstance(v, torch.Tensor)]
+    for a in node.all_input_nodes:
+        tensors += [v for v in _meta_values(a) if isinstance(v, torch.Tensor)]
+    for t in tensors:
+        if not is_supported_dtype(t.dtype):
+            return f"dtype {t.dtype} has no OpenVINO element type"
+        if t.device.type != "cpu":
+            return f"tensor on device {t.device}; fxvino takes CPU tensors"
+    if entry.validator is not None:
+        return entry.validator(node)
+    return None
+
+
+def op_name(target: Any) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)
+    return getattr(target, "__name__", str(target))

@@ -1,0 +1,157 @@
+"""Views and layout: functional ATen views become Reshape/Transpose/Slice on values."""
+
+from __future__ import annotations
+
+import openvino.opset16 as ops
+import torch
+
+from fxvino.lowering import helpers as h
+from fxvino.lowering.registry import lowers
+
+aten = torch.ops.aten
+INT64_MAX = 2**63 - 1
+
+
+@lowers(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+def view(ctx, node, x, size):
+    return h.reshape(x, size)
+
+
+@lowers(aten.permute.default)
+def permute(ctx, node, x, dims):
+    r = h.rank(x)
+    return h.transpose(x, [h.norm_dim(d, r) for d in dims])
+
+
+@lowers(aten.t.default)
+def t(ctx, node, x):
+    return h.transpose(x, [1, 0]) if h.rank(x) == 2 else x
+
+
+@lowers(aten.transpose.int)
+def transpose(ctx, node, x, dim0, dim1):
+    r = h.rank(x)
+    order = list(range(r))
+    if r:
+        a, b = h.norm_dim(dim0, r), h.norm_dim(dim1, r)
+        order[a], order[b] = order[b], order[a]
+    return h.transpose(x, order)
+
+
+@lowers(
+    aten.clone.default,
+    aten.alias.default,
+    aten.lift_fresh_copy.default,
+    aten.contiguous.default,
+    aten.detach.default,
+    aten._assert_tensor_metadata.default,
+)
+def identity(ctx, node, x, *args, **kwargs):
+    return x
+
+
+@lowers(aten.expand.default)
+def expand(ctx, node, x, size, *, implicit=False):
+    r = h.rank(x)
+    lead = len(size) - r
+    target = []
+    for i, s in enumerate(size):
+        if isinstance(s, int) and s == -1:
+            s = h.dim(x, i - lead)
+        target.append(s)
+    return ops.broadcast(x, h.as_shape(target)).output(0)
+
+
+@lowers(aten.unsqueeze.default)
+def unsqueeze(ctx, node, x, dim):
+    return h.unsqueeze(x, h.norm_dim(dim, h.rank(x) + 1))
+
+
+@lowers(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
+def squeeze(ctx, node, x, dim=None):
+    r = h.rank(x)
+    if r == 0:
+        return x
+    out_shape = h.meta(node).shape
+    dims = h.norm_dims(dim, r) if dim is not None else list(range(r))
+    # Squeeze only the dims torch squeezed (size 1); the meta shape tells which.
+    in_shape = h.meta(node.args[0]).shape
+    drop = [d for d in dims if isinstance(in_shape[d], int) and in_shape[d] == 1]
+    if not drop:
+        return x
+    assert len(out_shape) == r - len(drop)
+    return h.squeeze(x, drop)
+
+
+@lowers(aten.cat.default)
+def cat(ctx, node, tensors, dim=0):
+    dtype = h.out_dtype(node)
+    r = len(h.meta(node).shape)
+    # torch skips 1-D empty tensors in cat (legacy behaviour).
+    parts = [h.cast(t, dtype) for t in tensors if not (h.rank(t) == 1 and h.static_shape(t) == [0] and r != 1)]
+    if len(parts) == 1:
+        return parts[0]
+    return ops.concat(parts, h.norm_dim(dim, r)).output(0)
+
+
+
+@lowers(aten.slice.Tensor)
+def slice_(ctx, node, x, dim=0, start=None, end=None, step=1):
+    r = h.rank(x)
+    d = h.norm_dim(dim, r)
+    start = 0 if start is None else start
+    end = INT64_MAX if end is None else end
+    if isinstance(end, int) and end >= INT64_MAX:
+        end = INT64_MAX
+    return ops.slice(x, h.i64([start]), h.i64([end]), h.const([step], torch.int64), h.const([d], torch.int64)).output(
+        0
+    )
+
+
+@lowers(aten.select.int)
+def select(ctx, node, x, dim, index):
+    d = h.norm_dim(dim, h.rank(x))
+    if isinstance(index, int) and index < 0:
+        index = ops.add(h.dim(x, d), h.const(index, torch.int64)).output(0)
+    return ops.gather(x, h.i64(index), h.const(d, torch.int64)).output(0)
+
+
+@lowers(aten.split_with_sizes.default, aten.split_with_sizes_copy.default)
+def split_with_sizes(ctx, node, x, split_sizes, dim=0):
+    d = h.norm_dim(dim, h.rank(x))
+    parts = ops.variadic_split(x, h.const(d, torch.int64), h.as_shape(split_sizes))
+    return [parts.output(i) for i in range(len(split_sizes))]
+
+
+@lowers(aten.split.Tensor)
+def split(ctx, node, x, split_size, dim=0):
+    sizes = [t.shape[h.norm_dim(dim, h.rank(x))] for t in h.meta(node)]
+    return split_with_sizes(ctx, node, x, sizes, dim)
+
+
+@lowers(aten.unbind.int)
+def unbind(ctx, node, x, dim=0):
+    d = h.norm_dim(dim, h.rank(x))
+    n = len(h.meta(node))
+    parts = ops.split(x, h.const(d, torch.int64), n)
+    return [h.squeeze(parts.output(i), d) for i in range(n)]
+
+
+@lowers(aten.flip.default)
+def flip(ctx, node, x, dims):
+    r = h.rank(x)
+    out = x
+    for d in h.norm_dims(dims, r):
+        out = ops.slice(out, h.const([-1], torch.int64), h.const([-INT64_MAX], torch.int64),
+                        h.const([-1], torch.int64), h.const([d], torch.int64)).output(0)
+    return out
+
+
+@lowers(aten.roll.default)
+def roll(ctx, node, x, shifts, dims=()):
+    if not dims:
+        flat = h.reshape(x, [-1])
+        rolled = ops.roll(flat, h.const(list(shifts), torch.int64), h.const([0], torch.int64)).output(0)
+        return ops.reshape(rolled, h.shape_of(x), False).output(0)
+    r = h.rank(x)
+    return ops.roll(x, h.const(list(shifts), torch.int64), h.const([h.norm_dim(d, r) for d in dims], torch.int64)).output(0)

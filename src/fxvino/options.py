@@ -1,0 +1,171 @@
+"""The user-facing options contract.
+
+Options are parsed once per ``torch.compile`` call into a frozen :class:`Options` value that
+is handed to every compiler by closure. Everything a user can get wrong is caught here with a
+message that names the bad key and the valid ones, because a silently ignored option is a
+silently wrong benchmark.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import warnings
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fxvino.devices import available_devices, check_device, supported_properties
+
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+PRECISIONS = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
+LEGACY_ENV = {
+    "OPENVINO_TORCH_BACKEND_DEVICE": "device",
+    "OPENVINO_TORCH_MODEL_CACHING": "model_caching",
+    "OPENVINO_TORCH_CACHE_DIR": "cache_dir",
+}
+
+# OpenVINO performance settings per torch.compile mode (documented in README "Modes").
+MODE_CONFIG: dict[str, dict[str, str]] = {
+    "default": {"PERFORMANCE_HINT": "LATENCY"},
+    "reduce-overhead": {"PERFORMANCE_HINT": "LATENCY", "ENABLE_CPU_PINNING": "YES"},
+    "max-autotune": {"PERFORMANCE_HINT": "THROUGHPUT"},
+    "max-autotune-no-cudagraphs": {"PERFORMANCE_HINT": "THROUGHPUT"},
+}
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def default_cache_dir() -> Path:
+    """Per-user cache directory: compiled models must not litter the working directory."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "fxvino"
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    device: str = "CPU"
+    aot_autograd: bool = False
+    model_caching: bool = False
+    cache_dir: Path = dataclasses.field(default_factory=default_cache_dir)
+    decompositions: tuple[torch._ops.OpOverload, ...] = ()
+    disabled_ops: frozenset[torch._ops.OpOverload] = frozenset()
+    config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    precision: str = "f32"
+    mode: str = "default"
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any] | None = None, mode: str | None = None) -> Options:
+        """Validate a user's ``options`` dict and ``mode``; legacy env vars fill unset keys."""
+        if options is None:
+            options = {}
+        if not isinstance(options, Mapping):
+            raise ValueError(f"options must be a dict, got {type(options).__name__}")
+        valid = [f.name for f in dataclasses.fields(cls) if f.name != "mode"]
+        for key in options:
+            if key not in valid:
+                raise ValueError(f"unknown option {key!r}; valid: {', '.join(valid)}")
+        raw = dict(options)
+        for env, key in LEGACY_ENV.items():
+            if env in os.environ:
+                warnings.warn(
+                    f"environment variable {env} is deprecated; pass options={{{key!r}: ...}} to "
+                    "torch.compile instead" + (" (ignored: the option is set explicitly)" if key in raw else ""),
+                    DeprecationWarning,
+                    stacklevel=3,
+                )
+                raw.setdefault(key, os.environ[env])
+        kw: dict[str, Any] = {}
+        if "device" in raw:
+            kw["device"] = check_device(_expect(raw["device"], str, "device"))
+        for key in ("aot_autograd", "model_caching"):
+            if key in raw:
+                kw[key] = _as_bool(raw[key], key)
+        if "cache_dir" in raw:
+            kw["cache_dir"] = Path(_expect(raw["cache_dir"], (str, os.PathLike), "cache_dir")).expanduser()
+        if "decompositions" in raw:
+            kw["decompositions"] = tuple(_overloads(raw["decompositions"], "decompositions"))
+        if "disabled_ops" in raw:
+            kw["disabled_ops"] = frozenset(_overloads(raw["disabled_ops"], "disabled_ops"))
+        if "config" in raw:
+            cfg = raw["config"]
+            if cfg is None:
+                cfg = {}
+            if not isinstance(cfg, Mapping) or not all(isinstance(k, str) for k in cfg):
+                raise ValueError("option 'config' must be a dict of OpenVINO property names to values")
+            kw["config"] = dict(cfg)
+        if "precision" in raw:
+            p = raw["precision"]
+            if p not in PRECISIONS:
+                raise ValueError(f"option 'precision' got {p!r}; valid: {', '.join(PRECISIONS)}")
+            kw["precision"] = p
+        if mode is not None:
+            if mode not in MODES:
+                raise ValueError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
+            kw["mode"] = mode
+        return cls(**kw)
+
+    def compile_config(self) -> dict[str, Any]:
+        """OpenVINO properties for compile_model: mode, precision, then the user's config on top."""
+        known = supported_properties(self.device)
+        cfg: dict[str, Any] = {k: v for k, v in MODE_CONFIG[self.mode].items() if not known or k in known}
+        cfg["INFERENCE_PRECISION_HINT"] = PRECISIONS[self.precision]
+        if self.model_caching:
+            cfg["CACHE_DIR"] = str(self.cache_dir)
+        cfg.update(self.config)
+        return cfg
+
+
+def _expect(value: Any, types: type | tuple[type, ...], key: str) -> Any:
+    if not isinstance(value, types):
+        names = types.__name__ if isinstance(types, type) else " or ".join(t.__name__ for t in types)
+        raise ValueError(f"option {key!r} must be {names}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _as_bool(value: Any, key: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError(f"option {key!r} must be a bool (or 'true'/'false'), got {value!r}")
+
+
+def _overloads(value: Any, key: str) -> Iterable[torch._ops.OpOverload]:
+    """Accept OpOverloads, OpOverloadPackets (all overloads) and their dotted names."""
+    if isinstance(value, (str, torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        value = [value]
+    if not isinstance(value, (list, tuple, set, frozenset)):
+        raise ValueError(f"option {key!r} must be a list of aten ops, got {type(value).__name__}")
+    for item in value:
+        yield from resolve_op(item, key)
+
+
+def resolve_op(item: Any, key: str = "op") -> list[torch._ops.OpOverload]:
+    if isinstance(item, torch._ops.OpOverload):
+        return [item]
+    if isinstance(item, torch._ops.OpOverloadPacket):
+        return [getattr(item, o) for o in item.overloads()]
+    if isinstance(item, str):
+        name = item.strip()
+        name = name.removeprefix("torch.ops.").replace("::", ".")
+        parts = name.split(".")
+        if len(parts) in (2, 3):
+            ns = getattr(torch.ops, parts[0], None)
+            packet = getattr(ns, parts[1], None) if ns is not None else None
+            if isinstance(packet, torch._ops.OpOverloadPacket):
+                if len(parts) == 2:
+                    return resolve_op(packet, key)
+                if parts[2] in packet.overloads():
+                    return [getattr(packet, parts[2])]
+        raise ValueError(
+            f"option {key!r}: {item!r} is not an aten operator; write e.g. 'aten.relu.default', "
+            "'torch.ops.aten.relu.default' or torch.ops.aten.relu"
+        )
+    raise ValueError(f"option {key!r}: expected an aten op or its name, got {type(item).__name__} {item!r}")
+
+
+__all__ = ["Options", "MODES", "MODE_CONFIG", "default_cache_dir", "resolve_op", "available_devices"]

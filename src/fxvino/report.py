@@ -1,0 +1,127 @@
+"""What ran where, and why: kept as data so tests, the CLI and users can all read it.
+
+Reports reach a user two ways: :func:`collect_reports` (a context manager that gathers the
+report of every graph compiled inside it) and :func:`fxvino.explain`. Collectors live in a
+``ContextVar``, so two threads or two models never see each other's reports.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import contextvars
+import dataclasses
+import logging
+from collections.abc import Iterator
+
+logger = logging.getLogger("fxvino")
+
+
+@dataclasses.dataclass
+class Fallback:
+    """Something that did not run on OpenVINO as intended, and where it ran instead."""
+
+    where: str  # node or partition name
+    op: str  # the op (or "partition of N nodes")
+    reason: str
+    ran_on: str  # "pytorch" | "inductor" | "eager"
+
+
+@dataclasses.dataclass
+class PartitionReport:
+    name: str
+    num_nodes: int
+    ops: collections.Counter
+    lowering_seconds: float = 0.0
+    compile_seconds: float = 0.0
+    on_openvino: bool = True
+
+
+@dataclasses.dataclass
+class GraphReport:
+    name: str
+    kind: str  # "inference" | "forward" | "backward"
+    num_nodes: int = 0
+    ov_ops: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    torch_ops: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    partitions: list[PartitionReport] = dataclasses.field(default_factory=list)
+    fallbacks: list[Fallback] = dataclasses.field(default_factory=list)
+    frozen_inputs: int = 0
+
+    @property
+    def ov_partitions(self) -> list[PartitionReport]:
+        return [p for p in self.partitions if p.on_openvino]
+
+    @property
+    def lowering_seconds(self) -> float:
+        return sum(p.lowering_seconds for p in self.partitions)
+
+    @property
+    def compile_seconds(self) -> float:
+        return sum(p.compile_seconds for p in self.partitions)
+
+    def fallback(self, fb: Fallback) -> None:
+        self.fallbacks.append(fb)
+        logger.warning("fxvino: %s (%s) runs on %s: %s", fb.where, fb.op, fb.ran_on, fb.reason)
+
+    def summary(self) -> str:
+        lines = [
+            f"graph {self.name} [{self.kind}]: {self.num_nodes} op nodes, "
+            f"{sum(self.ov_ops.values())} on OpenVINO in {len(self.ov_partitions)} partition(s), "
+            f"{sum(self.torch_ops.values())} in PyTorch; lowering {self.lowering_seconds:.2f}s, "
+            f"OpenVINO compile {self.compile_seconds:.2f}s"
+        ]
+        if self.frozen_inputs:
+            lines.append(f"  {self.frozen_inputs} parameters/buffers frozen into OpenVINO constants")
+        if self.torch_ops:
+            lines.append("  in PyTorch: " + ", ".join(f"{op} x{n}" for op, n in self.torch_ops.most_common()))
+        for fb in self.fallbacks:
+            lines.append(f"  fallback: {fb.where} ({fb.op}) -> {fb.ran_on}: {fb.reason}")
+        return "\n".join(lines)
+
+
+@dataclasses.dataclass
+class Report:
+    """All graphs compiled for one model (or inside one :func:`collect_reports` block)."""
+
+    graphs: list[GraphReport] = dataclasses.field(default_factory=list)
+
+    @property
+    def fallbacks(self) -> list[Fallback]:
+        return [f for g in self.graphs for f in g.fallbacks]
+
+    @property
+    def num_ov_partitions(self) -> int:
+        return sum(len(g.ov_partitions) for g in self.graphs)
+
+    @property
+    def ov_ops(self) -> collections.Counter:
+        return sum((g.ov_ops for g in self.graphs), collections.Counter())
+
+    @property
+    def torch_ops(self) -> collections.Counter:
+        return sum((g.torch_ops for g in self.graphs), collections.Counter())
+
+    def __str__(self) -> str:
+        if not self.graphs:
+            return "no graphs were compiled by fxvino"
+        return "\n".join(g.summary() for g in self.graphs)
+
+
+_collectors: contextvars.ContextVar[tuple[Report, ...]] = contextvars.ContextVar("fxvino_collectors", default=())
+
+
+@contextlib.contextmanager
+def collect_reports() -> Iterator[Report]:
+    """Gather the report of every graph fxvino compiles inside the ``with`` block."""
+    report = Report()
+    token = _collectors.set(_collectors.get() + (report,))
+    try:
+        yield report
+    finally:
+        _collectors.reset(token)
+
+
+def publish(graph: GraphReport) -> None:
+    for r in _collectors.get():
+        r.graphs.append(graph)
