@@ -1,6 +1,6 @@
 """fxvino: run torch.compile graphs on OpenVINO.
 
-    model = torch.compile(model, backend="fxvino", options={"device": "CPU"})
+model = torch.compile(model, backend="fxvino", options={"device": "CPU"})
 """
 
 from __future__ import annotations

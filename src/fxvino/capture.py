@@ -129,7 +129,9 @@ def _backward_in_pytorch(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
     report = GraphReport(f"g{next_id()}", "backward")
     report.num_nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
     report.fallback(
-        Fallback("backward graph", f"{report.num_nodes} nodes", "aot_autograd is False: backward runs in PyTorch", "eager")
+        Fallback(
+            "backward graph", f"{report.num_nodes} nodes", "aot_autograd is False: backward runs in PyTorch", "eager"
+        )
     )
     publish(report)
     return gm

@@ -32,10 +32,8 @@ def check_device(device: str) -> str:
     if not name:
         raise ValueError(f"option 'device' is empty; available devices: {', '.join(have)}")
     head, _, rest = name.partition(":")
-    if head.upper() in VIRTUAL_DEVICES:
-        wanted = [d.strip() for d in rest.split(",") if d.strip()]
-    else:
-        wanted = [name]
+    virtual = head.upper() in VIRTUAL_DEVICES
+    wanted = [d.strip() for d in rest.split(",") if d.strip()] if virtual else [name]
     for d in wanted:
         if d not in have and d.split(".")[0] not in have:
             raise ValueError(

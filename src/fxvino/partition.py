@@ -165,16 +165,17 @@ class _GuardedPartition:
             return tuple(self.sub(*full))
 
 
-def _install(
-    parent: torch.fx.GraphModule, node: torch.fx.Node, runner: Callable, single: bool, args: list
-) -> None:
+def _install(parent: torch.fx.GraphModule, node: torch.fx.Node, runner: Callable, single: bool, args: list) -> None:
     """Replace ``node``'s call_module by a call to ``runner`` with ``args``."""
     if single:
+
         def fn(*a: Any) -> Any:
             return runner(*a)[0]
     else:
+
         def fn(*a: Any) -> Any:
             return runner(*a)
+
     fn.__name__ = fn.__qualname__ = f"run_{node.target}"  # FX codegen names the call after it
     with parent.graph.inserting_before(node):
         new = parent.graph.call_function(fn, tuple(args))

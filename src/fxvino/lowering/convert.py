@@ -70,9 +70,7 @@ def _sym_key(v: Any) -> str | None:
     return str(v.node.expr) if isinstance(v, torch.SymInt) else None
 
 
-def lower_graph(
-    gm: torch.fx.GraphModule, constants: Mapping[int, torch.Tensor], name: str = "fxvino"
-) -> LoweredGraph:
+def lower_graph(gm: torch.fx.GraphModule, constants: Mapping[int, torch.Tensor], name: str = "fxvino") -> LoweredGraph:
     """Lower ``gm``; placeholder positions in ``constants`` become OpenVINO Constants."""
     ctx = LoweringContext(name)
     params: list[ov.Node] = []

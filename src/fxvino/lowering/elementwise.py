@@ -360,8 +360,9 @@ def clamp_max(ctx, node, x, max):  # noqa: A002
 
 
 @lowers(aten._to_copy.default)
-def to_copy(ctx, node, x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
-            memory_format=None):
+def to_copy(
+    ctx, node, x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None
+):
     return h.cast(x, h.out_dtype(node))
 
 

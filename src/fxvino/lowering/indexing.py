@@ -34,8 +34,9 @@ def gather(ctx, node, x, dim, index, *, sparse_grad=False):
     ishape, xshape = h.static_shape(index), h.static_shape(x)
     if ishape != xshape or None in ishape:
         ends = [h.dim(index, i) if i != d else h.dim(x, i) for i in range(h.rank(x))]
-        x = ops.slice(x, h.const([0] * h.rank(x), torch.int64), h.as_shape(ends), h.const([1] * h.rank(x),
-                      torch.int64)).output(0)
+        x = ops.slice(
+            x, h.const([0] * h.rank(x), torch.int64), h.as_shape(ends), h.const([1] * h.rank(x), torch.int64)
+        ).output(0)
     return ops.gather_elements(x, index, d).output(0)
 
 

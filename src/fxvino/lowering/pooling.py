@@ -30,8 +30,15 @@ def max_pool_with_indices(ctx, node, x, kernel_size, stride=(), padding=0, dilat
     padding = _expand(padding if isinstance(padding, (list, tuple)) else [padding], spatial)
     dilation = _expand(dilation if isinstance(dilation, (list, tuple)) else [dilation], spatial)
     pool = ops.max_pool(
-        x, stride, dilation, padding, padding, kernel,
-        rounding_type="ceil_torch" if ceil_mode else "floor", index_element_type="i64", axis=2,
+        x,
+        stride,
+        dilation,
+        padding,
+        padding,
+        kernel,
+        rounding_type="ceil_torch" if ceil_mode else "floor",
+        index_element_type="i64",
+        axis=2,
     )
     return (pool.output(0), pool.output(1))
 
@@ -42,14 +49,20 @@ def _avgpool_ok(node: torch.fx.Node) -> str | None:
 
 
 @lowers(aten.avg_pool2d.default, aten.avg_pool3d.default, aten.avg_pool1d.default, validator=_avgpool_ok)
-def avg_pool(ctx, node, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
-             divisor_override=None):
+def avg_pool(
+    ctx, node, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None
+):
     spatial = h.rank(x) - 2
     kernel = _expand(kernel_size, spatial)
     stride = _expand(stride, spatial, kernel)
     padding = _expand(padding if isinstance(padding, (list, tuple)) else [padding], spatial)
     return ops.avg_pool(
-        x, stride, padding, padding, kernel, not count_include_pad,
+        x,
+        stride,
+        padding,
+        padding,
+        kernel,
+        not count_include_pad,
         rounding_type="ceil_torch" if ceil_mode else "floor",
     ).output(0)
 

@@ -94,7 +94,6 @@ def cat(ctx, node, tensors, dim=0):
     return ops.concat(parts, h.norm_dim(dim, r)).output(0)
 
 
-
 @lowers(aten.slice.Tensor)
 def slice_(ctx, node, x, dim=0, start=None, end=None, step=1):
     r = h.rank(x)
@@ -103,9 +102,7 @@ def slice_(ctx, node, x, dim=0, start=None, end=None, step=1):
     end = INT64_MAX if end is None else end
     if isinstance(end, int) and end >= INT64_MAX:
         end = INT64_MAX
-    return ops.slice(x, h.i64([start]), h.i64([end]), h.const([step], torch.int64), h.const([d], torch.int64)).output(
-        0
-    )
+    return ops.slice(x, h.i64([start]), h.i64([end]), h.const([step], torch.int64), h.const([d], torch.int64)).output(0)
 
 
 @lowers(aten.select.int)
@@ -142,8 +139,13 @@ def flip(ctx, node, x, dims):
     r = h.rank(x)
     out = x
     for d in h.norm_dims(dims, r):
-        out = ops.slice(out, h.const([-1], torch.int64), h.const([-INT64_MAX], torch.int64),
-                        h.const([-1], torch.int64), h.const([d], torch.int64)).output(0)
+        out = ops.slice(
+            out,
+            h.const([-1], torch.int64),
+            h.const([-INT64_MAX], torch.int64),
+            h.const([-1], torch.int64),
+            h.const([d], torch.int64),
+        ).output(0)
     return out
 
 
@@ -154,4 +156,6 @@ def roll(ctx, node, x, shifts, dims=()):
         rolled = ops.roll(flat, h.const(list(shifts), torch.int64), h.const([0], torch.int64)).output(0)
         return ops.reshape(rolled, h.shape_of(x), False).output(0)
     r = h.rank(x)
-    return ops.roll(x, h.const(list(shifts), torch.int64), h.const([h.norm_dim(d, r) for d in dims], torch.int64)).output(0)
+    return ops.roll(
+        x, h.const(list(shifts), torch.int64), h.const([h.norm_dim(d, r) for d in dims], torch.int64)
+    ).output(0)
