@@ -15,8 +15,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch._dynamo.exc
 import torch.fx
 from torch._decomp import core_aten_decompositions, get_decompositions
+from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from fxvino.options import Options
@@ -45,6 +47,10 @@ KEEP_UNDECOMPOSED = frozenset(
         aten.native_group_norm.default,
     }
 )
+
+
+# Exceptions Dynamo uses to restart analysis or skip a frame: they must reach Dynamo.
+_DYNAMO_CONTROL_FLOW = (torch._dynamo.exc.RestartAnalysis, torch._dynamo.exc.SkipFrame)
 
 
 def decomposition_table(options: Options) -> dict[torch._ops.OpOverload, Callable]:
@@ -83,6 +89,8 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
     )
     try:
         return backend(gm, example_inputs)
+    except _DYNAMO_CONTROL_FLOW:
+        raise  # Dynamo restarts or skips the frame itself; these are not failures
     except Exception as e:  # noqa: BLE001 - a model that runs eagerly must not crash
         report = GraphReport(f"g{graph_id()}", "dynamo")
         report.fallback(Fallback("graph", "AOTAutograd capture", f"{type(e).__name__}: {e}", "eager"))
@@ -113,16 +121,15 @@ def _compile_aten(
         logger.exception("fxvino: compiling graph %s failed", report.name)
         report.fallback(Fallback("graph", f"{report.num_nodes} nodes", f"{type(e).__name__}: {e}", "eager"))
         publish(report)
-        return gm
+        return make_boxed_func(gm)
     publish(report)
     if not frozen:
-        return runner
+        return make_boxed_func(runner)
 
     def run(*args: Any) -> Any:
         return runner(*[args[i] for i in live])
 
-    run.fxvino_report = report  # type: ignore[attr-defined]
-    return run
+    return make_boxed_func(run)
 
 
 def _backward_in_pytorch(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, next_id) -> Callable:
@@ -134,7 +141,7 @@ def _backward_in_pytorch(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
         )
     )
     publish(report)
-    return gm
+    return make_boxed_func(gm)
 
 
 def _frozen_inputs(gm: torch.fx.GraphModule, static: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:

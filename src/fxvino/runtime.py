@@ -36,13 +36,18 @@ class CompiledPartition:
 
     def __call__(self, *args: Any) -> tuple[Any, ...]:
         request = self._request()
+        # ov.Tensor(shared_memory=True) does not own its memory: ``alive`` keeps every buffer
+        # we hand over (contiguous copies included) referenced until inference is done.
+        alive = []
         try:
             for i, spec in enumerate(self.inputs):
                 a = args[spec.position]
                 if spec.kind == "tensor":
-                    request.set_input_tensor(i, to_ov_tensor(a))
+                    a = a if a.is_contiguous() else a.contiguous()
                 else:
-                    request.set_input_tensor(i, ov.Tensor(torch.tensor(int(a)).numpy()))
+                    a = torch.tensor(int(a))
+                alive.append(a)
+                request.set_input_tensor(i, to_ov_tensor(a))
             request.infer()
             return tuple(_take(request, spec) for spec in self.outputs)
         finally:

@@ -106,9 +106,13 @@ MODELS: dict[str, Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]] = {
 }
 
 
-def build(name: str, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-    """Build a reference model and an example input, deterministically."""
+def build(name: str, seed: int = 0, **kwargs: object) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """Build a reference model and an example input, deterministically.
+
+    ``kwargs`` go to the builder (for transformers models: ``seq`` and config fields, e.g.
+    ``num_hidden_layers=2`` for a fast test-sized BERT).
+    """
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; valid: {', '.join(MODELS)}")
     torch.manual_seed(seed)
-    return MODELS[name]()
+    return MODELS[name](**kwargs)

@@ -51,9 +51,10 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def to_ov_tensor(t: torch.Tensor) -> ov.Tensor:
-    """Wrap a torch tensor for OpenVINO without copying (copying only to make it contiguous)."""
-    if not t.is_contiguous():
-        t = t.contiguous()
+    """Wrap a contiguous torch tensor for OpenVINO without copying.
+
+    The result does not keep ``t`` alive: the caller must hold ``t`` while OpenVINO uses it.
+    """
     if t.dtype in TORCH_TO_NUMPY_CARRIER:
         return ov.Tensor(to_numpy(t), list(t.shape), TORCH_TO_OV[t.dtype])
     return ov.Tensor(to_numpy(t), shared_memory=True)
