@@ -1,0 +1,35 @@
+"""Shared test helpers: compile with fxvino, and prove what ran on OpenVINO."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+import fxvino
+
+
+def run_fxvino(
+    fn: Callable,
+    *args: Any,
+    options: Mapping[str, Any] | None = None,
+    dynamic: bool | None = None,
+    fullgraph: bool = False,
+    **kwargs: Any,
+) -> tuple[Any, fxvino.Report]:
+    """Compile ``fn`` with fxvino, call it once under no_grad; return the output and the report."""
+    compiled = torch.compile(fn, backend="fxvino", options=dict(options or {}), dynamic=dynamic, fullgraph=fullgraph)
+    with fxvino.collect_reports() as report, torch.no_grad():
+        out = compiled(*args, **kwargs)
+    return out, report
+
+
+def assert_all_on_openvino(report: fxvino.Report, partitions: int | None = 1) -> None:
+    """Nothing fell back, everything compiled ran in OpenVINO partitions."""
+    assert report.graphs, "fxvino compiled no graph"
+    assert not report.fallbacks, f"unexpected fallbacks:\n{report}"
+    assert not report.torch_ops, f"ops left in PyTorch: {dict(report.torch_ops)}"
+    assert sum(report.ov_ops.values()) > 0, f"nothing ran on OpenVINO:\n{report}"
+    if partitions is not None:
+        assert report.num_ov_partitions == partitions, str(report)
