@@ -1,0 +1,69 @@
+"""The ``fxvino`` command: ``ops`` (what lowers), ``explain`` (what ran where), ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+
+import torch
+
+
+def _ops(args: argparse.Namespace) -> int:
+    from fxvino.lowering import ensure_registered
+    from fxvino.lowering.registry import REGISTRY, op_name
+
+    ensure_registered()
+    core = {
+        str(getattr(packet, o))
+        for name in dir(torch.ops.aten)
+        if isinstance(packet := getattr(torch.ops.aten, name, None), torch._ops.OpOverloadPacket)
+        for o in packet.overloads()
+        if torch.Tag.core in getattr(packet, o).tags
+    }
+    by_family: dict[str, list[str]] = defaultdict(list)
+    for target, entry in REGISTRY.items():
+        by_family[entry.family].append(op_name(target) + (" (validated)" if entry.validator else ""))
+    for family in sorted(by_family):
+        print(f"{family} ({len(by_family[family])})")
+        for name in sorted(by_family[family]):
+            print(f"  {name}")
+    lowered = {op_name(t) for t in REGISTRY}
+    missing = sorted(core - lowered)
+    print(f"\nCore ATen overloads: {len(core)}; lowered: {len(core & lowered)}; not lowered: {len(missing)}")
+    if args.missing:
+        print("\n".join(f"  {m}" for m in missing))
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    import fxvino
+    from fxvino import zoo
+
+    model, inputs = zoo.build(args.model)
+    options = {"precision": args.precision}
+    print(fxvino.explain(model, *inputs, options=options, dynamic=args.dynamic or None))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fxvino", description="fxvino: torch.compile graphs on OpenVINO")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("ops", help="list the lowered ops by family and the Core ATen coverage")
+    p.add_argument("--missing", action="store_true", help="also list the Core ATen ops not lowered yet")
+    p.set_defaults(fn=_ops)
+    from fxvino.zoo import MODELS
+
+    p = sub.add_parser("explain", help="compile a reference model and report what ran where")
+    p.add_argument("model", choices=sorted(MODELS))
+    p.add_argument("--precision", default="f32", choices=["f32", "bf16", "f16"])
+    p.add_argument("--dynamic", action="store_true")
+    p.set_defaults(fn=_explain)
+    p = sub.add_parser("demo", help="the README demo: BERT-base, eager vs fxvino")
+    p.set_defaults(fn=lambda a: __import__("fxvino.demo", fromlist=["main"]).main([]))
+    args = parser.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
