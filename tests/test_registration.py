@@ -45,9 +45,8 @@ def test_explain_with_disabled_op_names_the_reason():
 
 def test_reports_are_scoped_to_their_block():
     compiled = torch.compile(lambda x: x + 1, backend="fxvino")
-    with collect_reports() as outer:
-        with collect_reports() as inner, torch.no_grad():
-            compiled(torch.ones(2))
+    with collect_reports() as outer, collect_reports() as inner, torch.no_grad():
+        compiled(torch.ones(2))
     assert len(inner.graphs) == len(outer.graphs) == 1
     with collect_reports() as later, torch.no_grad():
         compiled(torch.ones(2))  # cached: nothing new is compiled
