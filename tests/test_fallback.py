@@ -7,9 +7,9 @@ import logging
 
 import pytest
 import torch
-from harness import run_fxvino
 
 from fxvino.lowering import ensure_registered, registry
+from harness import run_fxvino
 
 aten = torch.ops.aten
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from harness import assert_all_on_openvino, run_fxvino
 
 from fxvino import zoo
+from harness import assert_all_on_openvino, run_fxvino
 
 
 def _main_output(out):

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from harness import run_fxvino
 
 from fxvino.options import MODE_CONFIG, Options, default_cache_dir
+from harness import run_fxvino
 
 aten = torch.ops.aten
 

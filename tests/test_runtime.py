@@ -6,6 +6,7 @@ import threading
 
 import pytest
 import torch
+
 from harness import assert_all_on_openvino, run_fxvino
 
 
