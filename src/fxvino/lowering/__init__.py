@@ -18,6 +18,12 @@ FAMILIES = (
     "indexing",
     "creation",
     "symbolic",
+    "sorting",
+    "scatter",
+    "padding",
+    "resample",
+    "backward",
+    "declined",
 )
 
 

@@ -50,6 +50,16 @@ def lowers(*targets: Any, validator: Validator | None = None) -> Callable[[Lower
     return wrap
 
 
+def declines(*targets: Any, reason: str) -> None:
+    """Record that ``targets`` stay in PyTorch on purpose, and why (shown in every report)."""
+
+    def refuse(ctx: Any, node: torch.fx.Node, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(reason)
+
+    refuse.__module__ = "fxvino.lowering.declined"
+    lowers(*targets, validator=lambda node: reason)(refuse)
+
+
 def _meta_values(node: torch.fx.Node) -> list[Any]:
     val = node.meta.get("val")
     return list(val) if isinstance(val, (list, tuple)) else [val]

@@ -1,0 +1,1 @@
+"""(placeholder: lowerings of this family are being written)."""

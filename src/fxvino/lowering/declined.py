@@ -1,0 +1,35 @@
+"""Core ATen ops that deliberately stay in PyTorch, each with the reason reports show."""
+
+from __future__ import annotations
+
+import torch
+
+from fxvino.lowering.registry import declines
+
+aten = torch.ops.aten
+
+declines(
+    aten.rand.default,
+    aten.randn.default,
+    aten.randperm.default,
+    aten.native_dropout.default,
+    reason="random numbers: OpenVINO cannot reproduce PyTorch's generator streams",
+)
+declines(
+    aten.nonzero.default,
+    reason="data-dependent output shape",
+)
+declines(
+    aten._local_scalar_dense.default,
+    reason="reads a tensor value back into Python (.item())",
+)
+declines(
+    aten.sym_storage_offset.default,
+    aten.sym_stride.int,
+    reason="memory layout queries have no meaning for OpenVINO values",
+)
+declines(
+    aten._fft_r2c.default,
+    aten._fft_c2r.default,
+    reason="complex tensors have no OpenVINO element type",
+)
