@@ -59,9 +59,15 @@ def decomposition_table(options: Options) -> dict[torch._ops.OpOverload, Callabl
     return table
 
 
-def _counter() -> Callable[[], int]:
+def _graph_names() -> Callable[[], str]:
+    """Names for the AOT graphs of one Dynamo graph: Dynamo's compile id ("frame/recompile")
+    plus a suffix per graph (forward, backward), deterministic across processes."""
+    from torch._guards import CompileContext
+
+    compile_id = CompileContext.current_compile_id()
+    prefix = f"g{compile_id}" if compile_id is not None else "g"
     c = itertools.count()
-    return lambda: next(c)
+    return lambda: f"{prefix}.{next(c)}"
 
 
 def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Options) -> Callable:
@@ -75,7 +81,7 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
         for i, t in enumerate(example_inputs)
         if isinstance(t, torch.Tensor) and get_static_address_type(t) is not None
     }
-    graph_id = _counter()
+    graph_id = _graph_names()
     compile_fn = functools.partial(_compile_aten, options=options, static=static, next_id=graph_id)
     if options.aot_autograd:
         bw = functools.partial(compile_fn, kind="backward")
@@ -92,7 +98,7 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
     except _DYNAMO_CONTROL_FLOW:
         raise  # Dynamo restarts or skips the frame itself; these are not failures
     except Exception as e:  # noqa: BLE001 - a model that runs eagerly must not crash
-        report = GraphReport(f"g{graph_id()}", "dynamo")
+        report = GraphReport(graph_id(), "dynamo")
         report.fallback(Fallback("graph", "AOTAutograd capture", f"{type(e).__name__}: {e}", "eager"))
         publish(report)
         return gm.forward
@@ -104,10 +110,10 @@ def _compile_aten(
     *,
     options: Options,
     static: dict[int, torch.Tensor],
-    next_id: Callable[[], int],
+    next_id: Callable[[], str],
     kind: str,
 ) -> Callable:
-    report = GraphReport(f"g{next_id()}", kind)
+    report = GraphReport(next_id(), kind)
     frozen = _frozen_inputs(gm, static) if kind == "inference" else {}
     report.frozen_inputs = len(frozen)
     live = [i for i in range(len(example_inputs)) if i not in frozen]
@@ -133,7 +139,7 @@ def _compile_aten(
 
 
 def _backward_in_pytorch(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, next_id) -> Callable:
-    report = GraphReport(f"g{next_id()}", "backward")
+    report = GraphReport(next_id(), "backward")
     report.num_nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
     report.fallback(
         Fallback(
