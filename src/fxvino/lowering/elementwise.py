@@ -187,11 +187,7 @@ def div(ctx, node, a, b, rounding_mode=None):
             q = ops.multiply(ops.sign(q), ops.floor(ops.abs(q))).output(0)
         return q
     a, b = h.to_out(node, a, b)
-    # OpenVINO's integer Divide floors (Python semantics); truncation divides magnitudes.
-    if rounding_mode == "floor":
-        return ops.divide(a, b).output(0)
-    sign = ops.multiply(ops.sign(a), ops.sign(b))
-    return ops.multiply(sign, ops.divide(ops.abs(a), ops.abs(b))).output(0)
+    return h.floor_div(a, b) if rounding_mode == "floor" else h.trunc_div(a, b)
 
 
 @lowers(aten.floor_divide.default)
@@ -199,7 +195,7 @@ def floor_divide(ctx, node, a, b):
     a, b = h.to_out(node, a, b)
     if h.out_dtype(node).is_floating_point:
         return ops.floor(ops.divide(a, b)).output(0)
-    return ops.divide(a, b).output(0)
+    return h.floor_div(a, b)
 
 
 @lowers(aten.remainder.Tensor, aten.remainder.Scalar)

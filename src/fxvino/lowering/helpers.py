@@ -198,3 +198,46 @@ def reshape(x: ov.Output, shape: Sequence[Value]) -> ov.Output:
 
 def transpose(x: ov.Output, order: Sequence[int]) -> ov.Output:
     return ops.transpose(x, const(list(order), torch.int64)).output(0)
+
+
+def floor_div(a: ov.Output, b: ov.Output) -> ov.Output:
+    """Integer floor division, exact under either Divide semantics.
+
+    The CPU plugin's integer Divide truncates at run time while constant folding floors;
+    ``a - floor_mod(a, b)`` is a multiple of ``b``, so dividing it is exact either way.
+    """
+    return ops.divide(ops.subtract(a, ops.floor_mod(a, b)), b).output(0)
+
+
+def trunc_div(a: ov.Output, b: ov.Output) -> ov.Output:
+    """Integer division rounding toward zero (C semantics), exact under either Divide semantics."""
+    return ops.divide(ops.subtract(a, ops.mod(a, b)), b).output(0)
+
+
+def wrap_negative(index: Value, size: Value) -> Value:
+    """``index + size`` where ``index < 0``; Python ints fold when they can."""
+    if isinstance(index, int):
+        if index >= 0:
+            return index
+        if isinstance(size, int):
+            return index + size
+        return ops.add(i64(size), const(index, torch.int64)).output(0)
+    index = cast(index, torch.int64)
+    zero = const(0, torch.int64)
+    return ops.select(ops.less(index, zero), ops.add(index, i64(size)), index).output(0)
+
+
+def arange(n: Value) -> ov.Output:
+    """``arange(n)`` as i64, for an int or an i64 scalar Output ``n``."""
+    if isinstance(n, int):
+        return const(np.arange(n, dtype=np.int64), torch.int64)
+    return ops.range(const(0, torch.int64), i64(n), const(1, torch.int64), "i64").output(0)
+
+
+def broadcast_shape(*values: ov.Output) -> ov.Output:
+    """The numpy-broadcast shape of ``values`` (any ranks), as a 1-D i64 tensor."""
+    zero = const(0, torch.int64)
+    acc = ops.broadcast(zero, shape_of(values[0])).output(0)
+    for v in values[1:]:
+        acc = ops.add(acc, ops.broadcast(zero, shape_of(v))).output(0)
+    return shape_of(acc)

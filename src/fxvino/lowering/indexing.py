@@ -60,15 +60,11 @@ def index(ctx, node, x, indices):
     rest = [d for d in range(r) if d not in present]
     xt = h.transpose(x, present + rest) if present != list(range(len(present))) else x
     idx = [h.cast(indices[d], torch.int64) for d in present]
-    zero = h.const(0, torch.int64)
-    acc = ops.broadcast(zero, h.shape_of(idx[0])).output(0)
-    for i in idx[1:]:
-        acc = ops.add(acc, ops.broadcast(zero, h.shape_of(i))).output(0)
-    target = h.shape_of(acc)  # the broadcast shape of all index tensors
-    brank = h.rank(acc)
+    target = h.broadcast_shape(*idx)
+    brank = max(h.rank(i) for i in idx)
     wrapped = []
     for d, i in zip(present, idx, strict=True):
-        i = ops.select(ops.less(i, zero), ops.add(i, h.dim(x, d)), i).output(0)
+        i = h.wrap_negative(i, h.dim(x, d))
         wrapped.append(h.unsqueeze(ops.broadcast(i, target).output(0), brank))
     stacked = ops.concat(wrapped, brank).output(0) if len(wrapped) > 1 else wrapped[0]
     out = ops.gather_nd(xt, stacked, 0).output(0)

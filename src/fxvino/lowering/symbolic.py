@@ -53,7 +53,7 @@ def sym_mul(ctx, node, a, b):
 
 @lowers(operator.floordiv, validator=_symint)
 def sym_floordiv(ctx, node, a, b):
-    return ops.divide(*_ints(a, b)).output(0)  # integer Divide floors in OpenVINO
+    return h.floor_div(*_ints(a, b))
 
 
 @lowers(operator.mod, validator=_symint)

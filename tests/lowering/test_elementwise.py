@@ -1,0 +1,42 @@
+"""Elementwise lowerings whose semantics differ between torch and OpenVINO defaults."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import assert_all_on_openvino, run_fxvino
+
+A = torch.tensor([-7, 7, -7, 7, -8, 0, 9])
+B = torch.tensor([2, 2, -2, -2, 2, 3, -4])
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a, b: torch.div(a, b, rounding_mode="floor"),
+        lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+        lambda a, b: a // b,
+        lambda a, b: torch.remainder(a, b),
+        lambda a, b: torch.fmod(a, b),
+        lambda a, b: a / b,
+    ],
+    ids=["floor", "trunc", "floordiv", "remainder", "fmod", "true_div"],
+)
+def test_integer_division_rounds_like_torch_at_run_time(fn):
+    # Runtime inputs (not constants): the CPU plugin's i64 Divide truncates, constant folding floors.
+    out, report = run_fxvino(fn, A, B, fullgraph=True)
+    torch.testing.assert_close(out, fn(A, B))
+    assert_all_on_openvino(report)
+
+
+def test_symbolic_floordiv_with_negative_offsets():
+    def fn(x):
+        n = x.shape[0]
+        return x.new_zeros((n - 7) // 2 + 8)
+
+    compiled = torch.compile(fn, backend="fxvino", dynamic=True)
+    with torch.no_grad():
+        for n in (3, 4, 10):
+            x = torch.randn(n)
+            assert compiled(x).shape == fn(x).shape
