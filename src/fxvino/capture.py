@@ -42,11 +42,23 @@ KEEP_UNDECOMPOSED = frozenset(
         aten.hardtanh.default,
         aten.log_softmax.int,
         aten._log_softmax.default,
-        aten.upsample_nearest2d.vec,
-        aten.upsample_bilinear2d.vec,
         aten.native_group_norm.default,
+        # Pads, col2im and these backward ops have exact lowerings; the decomposed reflect pad
+        # also hits an OpenVINO CPU bug (Abs of an i64 Range).
+        aten.reflection_pad1d.default,
+        aten.reflection_pad2d.default,
+        aten.reflection_pad3d.default,
+        aten.replication_pad1d.default,
+        aten.replication_pad2d.default,
+        aten.replication_pad3d.default,
+        aten.col2im.default,
+        aten.native_layer_norm_backward.default,
+        aten.native_group_norm_backward.default,
+        aten.embedding_dense_backward.default,
     }
 )
+# upsample_* are not listed: torch runs Python kernels for them while AOTAutograd traces, before
+# this table is consulted, so they arrive decomposed (and lower fine that way).
 
 
 # Exceptions Dynamo uses to restart analysis or skip a frame: they must reach Dynamo.

@@ -40,3 +40,22 @@ def test_symbolic_floordiv_with_negative_offsets():
         for n in (3, 4, 10):
             x = torch.randn(n)
             assert compiled(x).shape == fn(x).shape
+
+
+def test_amax_amin_propagate_nan_and_keep_infinities():
+    x = torch.tensor([[1.0, float("nan"), 2.0], [float("-inf")] * 3, [float("inf")] * 3, [3.0, -1.0, 0.5]])
+
+    def fn(t):
+        return torch.amax(t, 1), torch.amin(t, 1), torch.amax(t, 0, keepdim=True)
+
+    out, report = run_fxvino(fn, x, fullgraph=True)
+    torch.testing.assert_close(out, fn(x), equal_nan=True)
+    assert_all_on_openvino(report)
+
+
+def test_bool_maximum_minimum():
+    a = torch.tensor([True, False, True, False])
+    b = torch.tensor([True, True, False, False])
+    out, report = run_fxvino(lambda x, y: (torch.maximum(x, y), torch.minimum(x, y)), a, b, fullgraph=True)
+    torch.testing.assert_close(out, (torch.maximum(a, b), torch.minimum(a, b)))
+    assert_all_on_openvino(report)

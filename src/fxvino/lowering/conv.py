@@ -36,8 +36,15 @@ def convolution(ctx, node, x, w, bias, stride, padding, dilation, transposed, ou
     spatial = h.rank(x) - 2
     stride, padding, dilation = (list(v) * (spatial if len(v) == 1 else 1) for v in (stride, padding, dilation))
     if transposed:
+        out_pad = list(output_padding) * (spatial if len(output_padding) == 1 else 1)
         y = ops.convolution_backprop_data(
-            x, w, stride, padding, padding, dilation, output_padding=list(output_padding) or None
+            x,
+            w,
+            stride,
+            pads_begin=padding,
+            pads_end=padding,
+            dilations=dilation,
+            output_padding=out_pad or [0] * spatial,
         ).output(0)
     elif groups == 1:
         y = ops.convolution(x, w, stride, padding, padding, dilation).output(0)

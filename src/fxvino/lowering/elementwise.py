@@ -222,12 +222,16 @@ def pow_(ctx, node, a, b):
 @lowers(aten.maximum.default)
 def maximum(ctx, node, a, b):
     a, b = h.to_out(node, a, b)
+    if h.out_dtype(node) == torch.bool:  # OpenVINO's Maximum rejects booleans
+        return ops.logical_or(a, b).output(0)
     return _nan_propagating(ops.maximum(a, b).output(0), a, b)
 
 
 @lowers(aten.minimum.default)
 def minimum(ctx, node, a, b):
     a, b = h.to_out(node, a, b)
+    if h.out_dtype(node) == torch.bool:
+        return ops.logical_and(a, b).output(0)
     return _nan_propagating(ops.minimum(a, b).output(0), a, b)
 
 

@@ -241,3 +241,38 @@ def broadcast_shape(*values: ov.Output) -> ov.Output:
     for v in values[1:]:
         acc = ops.add(acc, ops.broadcast(zero, shape_of(v))).output(0)
     return shape_of(acc)
+
+
+def infinity(dtype: torch.dtype, positive: bool = True) -> ov.Output:
+    return const(float("inf") if positive else float("-inf"), dtype)
+
+
+def reduce_plain_extreme(plain: ov.Output, axes: ov.Output, largest: bool, keepdims: bool) -> ov.Output:
+    """ReduceMax (ReduceMin) of a NaN-free tensor, right for slices made of infinities.
+
+    The CPU plugin starts ReduceMax from the lowest finite value, so a slice of -inf comes out
+    as -FLT_MAX (+FLT_MAX for ReduceMin over +inf): when no element equals the result, the
+    slice is all infinities.
+    """
+    reduce = ops.reduce_max if largest else ops.reduce_min
+    m = reduce(plain, axes, True).output(0)
+    if not plain.get_element_type().is_real():
+        return m if keepdims else ops.squeeze(m, axes).output(0)
+    found = ops.reduce_logical_or(ops.equal(plain, m), axes, keepdims)
+    if not keepdims:
+        m = ops.squeeze(m, axes).output(0)
+    return ops.select(found, m, infinity(dtype_of(plain), not largest)).output(0)
+
+
+def reduce_extreme(x: ov.Output, axes: ov.Output, largest: bool, keepdims: bool) -> ov.Output:
+    """torch.amax/amin semantics: a NaN anywhere in a slice makes its result NaN."""
+    if not x.get_element_type().is_real():
+        if dtype_of(x) == torch.bool:
+            reduce = ops.reduce_logical_or if largest else ops.reduce_logical_and
+            return reduce(x, axes, keepdims).output(0)
+        return reduce_plain_extreme(x, axes, largest, keepdims)
+    nan = ops.is_nan(x).output(0)
+    plain = ops.select(nan, infinity(dtype_of(x), not largest), x).output(0)
+    m = reduce_plain_extreme(plain, axes, largest, keepdims)
+    any_nan = ops.reduce_logical_or(nan, axes, keepdims)
+    return ops.select(any_nan, const(float("nan"), dtype_of(x)), m).output(0)

@@ -64,6 +64,7 @@ def avg_pool(
         kernel,
         not count_include_pad,
         rounding_type="ceil_torch" if ceil_mode else "floor",
+        dilations=[1] * spatial,  # omitting them crashes compile_model (opset16 AvgPool)
     ).output(0)
 
 

@@ -51,14 +51,14 @@ def prod(ctx, node, x, dim=None, keepdim=False, *, dtype=None):
 def amax(ctx, node, x, dim=(), keepdim=False):
     if _scalar_input(x):
         return x
-    return ops.reduce_max(x, _axes(x, dim), keepdim).output(0)
+    return h.reduce_extreme(x, _axes(x, dim), True, keepdim)
 
 
 @lowers(aten.amin.default)
 def amin(ctx, node, x, dim=(), keepdim=False):
     if _scalar_input(x):
         return x
-    return ops.reduce_min(x, _axes(x, dim), keepdim).output(0)
+    return h.reduce_extreme(x, _axes(x, dim), False, keepdim)
 
 
 @lowers(aten.any.default, aten.any.dim, aten.any.dims)

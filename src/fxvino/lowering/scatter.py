@@ -34,8 +34,6 @@ def _is_empty(x: h.Value) -> bool:
     return 0 in h.static_shape(x)
 
 
-
-
 def _static_dim(x: h.Value, d: int) -> int | h.Value:
     """Size of dim ``d``: a Python int when static, else an i64 scalar Output."""
     known = h.static_shape(x)[d]
@@ -47,17 +45,11 @@ def _dims(x: h.Value, ds: list[int]) -> h.Value:
     return h.as_shape([_static_dim(x, d) for d in ds])
 
 
-
-
-
-
 def _inverse(perm: list[int]) -> list[int]:
     inv = [0] * len(perm)
     for i, p in enumerate(perm):
         inv[p] = i
     return inv
-
-
 
 
 def _flat(x: h.Value) -> h.Value:

@@ -1,0 +1,271 @@
+"""Backward ops on OpenVINO (``aot_autograd=True``): gradients of small modules against eager.
+
+The backward graph compiles lazily, during ``.backward()``, so the report is collected around
+both the forward and the backward call. ``native_layer_norm_backward``,
+``native_group_norm_backward`` and ``embedding_dense_backward`` are in PyTorch's Core ATen
+decomposition table, so by default they reach fxvino as elementwise arithmetic; the tests keep
+them whole (as a capture configuration that lists them in ``KEEP_UNDECOMPOSED`` would).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+
+import fxvino
+from fxvino import capture
+
+aten = torch.ops.aten
+
+
+@pytest.fixture
+def keep_backward_ops(monkeypatch):
+    kept = {
+        aten.native_layer_norm_backward.default,
+        aten.native_group_norm_backward.default,
+        aten.embedding_dense_backward.default,
+    }
+    monkeypatch.setattr(capture, "KEEP_UNDECOMPOSED", capture.KEEP_UNDECOMPOSED | kept)
+
+
+def train_step(model, *inputs, options=None, dynamic=None):
+    """One forward/backward with fxvino and eagerly; asserts outputs, gradients and buffers match."""
+    torch.manual_seed(0)
+    ref_model = copy.deepcopy(model)
+    ours = [i.clone().requires_grad_(i.is_floating_point()) for i in inputs]
+    theirs = [i.clone().requires_grad_(i.is_floating_point()) for i in inputs]
+    compiled = torch.compile(
+        model, backend="fxvino", options={"aot_autograd": True, **(options or {})}, dynamic=dynamic
+    )
+    with fxvino.collect_reports() as report:
+        out = compiled(*ours)
+        # A distinct positive gradient per output (no cancellation in reductions like grad_bias).
+        weights = torch.rand(out.shape, generator=torch.Generator().manual_seed(1)) + 0.5
+        (out * weights).sum().backward()
+    ref = ref_model(*theirs)
+    (ref * weights).sum().backward()
+    torch.testing.assert_close(out, ref)
+    for a, b in zip(ours, theirs, strict=True):
+        if b.grad is not None:
+            torch.testing.assert_close(a.grad, b.grad)
+    for (name, p), q in zip(model.named_parameters(), ref_model.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, msg=lambda m, name=name: f"grad of {name}: {m}")
+    for (name, b), q in zip(model.named_buffers(), ref_model.buffers(), strict=True):
+        torch.testing.assert_close(b, q, msg=lambda m, name=name: f"buffer {name}: {m}")
+    return report
+
+
+def backward_graph(report):
+    (graph,) = [g for g in report.graphs if g.kind == "backward"]
+    return graph
+
+
+def assert_backward_on_openvino(report, op):
+    graph = backward_graph(report)
+    assert graph.ov_ops[op] >= 1, str(report)
+    assert not graph.fallbacks, str(report)
+    assert not graph.torch_ops, str(report)
+
+
+X = (2, 4, 9, 10)
+
+CONVS = {
+    "plain": lambda: nn.Conv2d(4, 6, 3, padding=1),
+    "stride2": lambda: nn.Conv2d(4, 6, 3, stride=2, padding=1),
+    "stride_dilation_asym": lambda: nn.Conv2d(4, 6, (3, 2), stride=(3, 2), padding=(2, 1), dilation=(2, 3)),
+    "groups": lambda: nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2),
+    "depthwise_nobias": lambda: nn.Conv2d(4, 4, 3, padding=1, groups=4, bias=False),
+    "pad_over_kernel": lambda: nn.Conv2d(4, 3, 2, padding=3),
+}
+
+
+@pytest.mark.parametrize("name", list(CONVS))
+def test_convolution_backward_2d(name):
+    report = train_step(CONVS[name](), torch.randn(X))
+    assert_backward_on_openvino(report, "aten.convolution_backward.default")
+
+
+def test_convolution_backward_1d_and_3d():
+    report = train_step(nn.Conv1d(4, 5, 3, stride=2), torch.randn(2, 4, 11))
+    assert_backward_on_openvino(report, "aten.convolution_backward.default")
+    torch._dynamo.reset()
+    report = train_step(nn.Conv3d(4, 5, 3, stride=2, padding=1), torch.randn(2, 4, 5, 6, 7))
+    assert_backward_on_openvino(report, "aten.convolution_backward.default")
+
+
+def test_convolution_backward_weights_only():
+    """Input without requires_grad: output_mask asks for the weight and bias gradients only."""
+    model = nn.Conv2d(4, 6, 3, stride=2, padding=1)
+    ref = copy.deepcopy(model)
+    x = torch.randn(X)
+    with fxvino.collect_reports() as report:
+        torch.compile(model, backend="fxvino", options={"aot_autograd": True})(x).sum().backward()
+    ref(x).sum().backward()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+    assert_backward_on_openvino(report, "aten.convolution_backward.default")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1, output_padding=1),
+        lambda: nn.ConvTranspose2d(4, 3, 3, stride=3, padding=2, dilation=2, output_padding=1),
+        lambda: nn.ConvTranspose1d(4, 3, 2, stride=2),
+    ],
+)
+def test_transposed_convolution_backward(make):
+    # The forward runs in PyTorch here so the test isolates the backward lowering.
+    x = torch.randn(X) if isinstance(make(), nn.ConvTranspose2d) else torch.randn(2, 4, 9)
+    report = train_step(make(), x, options={"disabled_ops": [aten.convolution.default]})
+    assert_backward_on_openvino(report, "aten.convolution_backward.default")
+
+
+def test_convolution_weight_gradient_with_dynamic_shapes_is_declined():
+    model = nn.Conv2d(4, 6, 3, stride=2, padding=1)
+    ref = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="fxvino", options={"aot_autograd": True}, dynamic=True)
+    with fxvino.collect_reports() as report:
+        for h in (9, 12):
+            model.zero_grad()
+            ref.zero_grad()
+            compiled(torch.randn(3, 4, h, 10)).sum().backward()
+            ref(torch.randn(3, 4, h, 10)).sum().backward()
+    reasons = [f.reason for f in backward_graph(report).fallbacks if f.op == "aten.convolution_backward.default"]
+    assert reasons and "dynamic shapes" in reasons[0], str(report)
+
+
+@pytest.mark.parametrize(
+    "make, shape",
+    [
+        (lambda: nn.LayerNorm(10), X),
+        (lambda: nn.LayerNorm([9, 10]), X),
+        (lambda: nn.LayerNorm(10, elementwise_affine=False), X),
+        (lambda: nn.LayerNorm(16, bias=False), (3, 5, 16)),
+    ],
+)
+def test_native_layer_norm_backward(keep_backward_ops, make, shape):
+    report = train_step(make(), torch.randn(shape))
+    assert_backward_on_openvino(report, "aten.native_layer_norm_backward.default")
+
+
+def test_native_layer_norm_backward_dynamic(keep_backward_ops):
+    model = nn.LayerNorm(8)
+    ref = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="fxvino", options={"aot_autograd": True}, dynamic=True)
+    with fxvino.collect_reports() as report:
+        for seq in (5, 7):
+            x = torch.randn(3, seq, 8)
+            a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+            compiled(a).pow(2).sum().backward()
+            ref(b).pow(2).sum().backward()
+            torch.testing.assert_close(a.grad, b.grad)
+    torch.testing.assert_close(model.weight.grad, ref.weight.grad)
+    assert_backward_on_openvino(report, "aten.native_layer_norm_backward.default")
+
+
+@pytest.mark.parametrize("make", [lambda: nn.GroupNorm(2, 4), lambda: nn.GroupNorm(4, 4, affine=False)])
+def test_native_group_norm_backward(keep_backward_ops, make):
+    report = train_step(make(), torch.randn(X))
+    assert_backward_on_openvino(report, "aten.native_group_norm_backward.default")
+
+
+@pytest.mark.parametrize(
+    "make, shape, op",
+    [
+        (lambda: nn.BatchNorm2d(4), X, "aten._native_batch_norm_legit_functional.default"),
+        (lambda: nn.BatchNorm1d(4), (5, 4), "aten._native_batch_norm_legit_functional.default"),
+        (lambda: nn.BatchNorm2d(4, track_running_stats=False), X, "aten._native_batch_norm_legit.no_stats"),
+        (lambda: nn.BatchNorm3d(3, affine=False), (2, 3, 4, 5, 6), "aten._native_batch_norm_legit_functional.default"),
+    ],
+)
+def test_batch_norm_training(make, shape, op):
+    """Training-mode batch norm: output, saved statistics and the running-stat update (buffers)."""
+    report = train_step(make(), torch.randn(shape))
+    forward = [g for g in report.graphs if g.kind == "forward"][0]
+    assert forward.ov_ops[op] == 1, str(report)
+    assert not forward.fallbacks, str(report)
+    assert not backward_graph(report).fallbacks, str(report)
+
+
+@pytest.mark.parametrize(
+    "make, shape, op",
+    [
+        (lambda: nn.MaxPool2d(3, 2, 1), X, "aten.max_pool2d_with_indices_backward.default"),
+        (lambda: nn.MaxPool2d(3, 2, 0, ceil_mode=True), X, "aten.max_pool2d_with_indices_backward.default"),
+        (lambda: nn.MaxPool2d(2, 1, dilation=2), X, "aten.max_pool2d_with_indices_backward.default"),
+        (lambda: nn.MaxPool3d(2), (2, 3, 4, 5, 6), "aten.max_pool3d_with_indices_backward.default"),
+    ],
+)
+def test_max_pool_backward(make, shape, op):
+    report = train_step(make(), torch.randn(shape))
+    assert_backward_on_openvino(report, op)
+
+
+def test_max_pool_backward_overlapping_ties():
+    """Equal values in overlapping windows: every window's gradient lands on torch's argmax."""
+    x = torch.ones(1, 2, 6, 6)
+    x[:, :, 2:4, 2:4] = 3.0
+    report = train_step(nn.MaxPool2d(3, 1, 1), x)
+    assert_backward_on_openvino(report, "aten.max_pool2d_with_indices_backward.default")
+
+
+AVG_POOLS = [
+    (lambda: nn.AvgPool2d(3, 2, 1), X),
+    (lambda: nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False), X),
+    (lambda: nn.AvgPool2d(3, 2, 1, ceil_mode=True), X),
+    (lambda: nn.AvgPool2d(2, divisor_override=3), X),
+    (lambda: nn.AvgPool3d(2, 1, 1, ceil_mode=True), (2, 3, 4, 5, 6)),
+]
+
+
+@pytest.mark.parametrize("make, shape", AVG_POOLS)
+def test_avg_pool_backward(make, shape):
+    # The forward avg_pool stays in PyTorch: the backward lowering is what is under test.
+    n = len(shape) - 2
+    op = getattr(aten, f"avg_pool{n}d")
+    report = train_step(make(), torch.randn(shape), options={"disabled_ops": [op.default]})
+    assert_backward_on_openvino(report, f"aten.avg_pool{n}d_backward.default")
+
+
+@pytest.mark.parametrize(
+    "make, shape, op",
+    [
+        (lambda: nn.AdaptiveAvgPool2d((4, 3)), X, "aten._adaptive_avg_pool2d_backward.default"),
+        (lambda: nn.AdaptiveAvgPool2d((5, 7)), X, "aten._adaptive_avg_pool2d_backward.default"),
+        (lambda: nn.AdaptiveAvgPool3d((2, 3, 4)), (2, 3, 4, 5, 6), "aten._adaptive_avg_pool3d_backward.default"),
+    ],
+)
+def test_adaptive_avg_pool_backward(make, shape, op):
+    report = train_step(make(), torch.randn(shape))
+    assert_backward_on_openvino(report, op)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"padding_idx": 3}, {"scale_grad_by_freq": True}, {"padding_idx": 0, "scale_grad_by_freq": True}],
+)
+def test_embedding_dense_backward(keep_backward_ops, kwargs):
+    ids = torch.tensor([[1, 2, 3, 0], [3, 3, 9, 1]])
+    report = train_step(nn.Embedding(10, 4, **kwargs), ids)
+    assert_backward_on_openvino(report, "aten.embedding_dense_backward.default")
+
+
+def test_small_cnn_training_step_runs_backward_on_openvino():
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(8, 4, 3, stride=2, padding=1, groups=2),
+        nn.AdaptiveAvgPool2d((2, 2)),
+        nn.Flatten(),
+        nn.Linear(16, 5),
+    )
+    report = train_step(model, torch.randn(4, 3, 12, 12))
+    graph = backward_graph(report)
+    for op in ("aten.convolution_backward.default", "aten.max_pool2d_with_indices_backward.default"):
+        assert graph.ov_ops[op] >= 1, str(report)
