@@ -59,3 +59,18 @@ def test_bool_maximum_minimum():
     out, report = run_fxvino(lambda x, y: (torch.maximum(x, y), torch.minimum(x, y)), a, b, fullgraph=True)
     torch.testing.assert_close(out, (torch.maximum(a, b), torch.minimum(a, b)))
     assert_all_on_openvino(report)
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, 2.0, 3.0, float("inf")])
+def test_cdist_and_pdist(p):
+    torch.manual_seed(0)
+    a, b, c = torch.randn(2, 5, 3), torch.randn(2, 4, 3), torch.randn(6, 3)
+    a[0, 0] = b[0, 1]  # one zero distance
+
+    def fn(x, y, z):
+        return torch.ops.aten._cdist_forward(x, y, p, None), torch.ops.aten._pdist_forward(z, p)
+
+    out, report = run_fxvino(fn, a, b, c, fullgraph=True)
+    torch.testing.assert_close(out, fn(a, b, c))
+    assert_all_on_openvino(report)
+    assert {"aten._cdist_forward.default", "aten._pdist_forward.default"} <= set(report.ov_ops)

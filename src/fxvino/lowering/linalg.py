@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import openvino.opset16 as ops
 import torch
 
 from fxvino.lowering import helpers as h
 from fxvino.lowering.registry import lowers
+from fxvino.lowering.types import ov_type
 
 aten = torch.ops.aten
 
@@ -42,3 +44,42 @@ def dot(ctx, node, a, b):
 def mv(ctx, node, a, b):
     a, b = h.to_out(node, a, b)
     return ops.matmul(a, b, False, False).output(0)
+
+
+def _p_norm(diff, p: float, axis: int):
+    """The p-norm of ``diff`` over ``axis`` (p = 0 counts non-zeros, inf is the max)."""
+    dtype = h.dtype_of(diff)
+    axes = h.const([axis], torch.int64)
+    a = ops.abs(diff)
+    if p == 0:
+        return ops.reduce_sum(ops.convert(ops.not_equal(a, h.const(0, dtype)), ov_type(dtype)), axes, False).output(0)
+    if p == float("inf"):
+        return h.reduce_extreme(a.output(0), axes, True, False)
+    if p == 1:
+        return ops.reduce_sum(a, axes, False).output(0)
+    if p == 2:
+        return ops.sqrt(ops.reduce_sum(ops.multiply(a, a), axes, False)).output(0)
+    powered = ops.reduce_sum(ops.power(a, h.const(p, dtype)), axes, False)
+    return ops.power(powered, h.const(1.0 / p, dtype)).output(0)
+
+
+@lowers(aten._cdist_forward.default)
+def cdist(ctx, node, x1, x2, p, compute_mode=None):
+    # [..., P, M] and [..., R, M] -> [..., P, R]; the exact pairwise difference (no mm trick),
+    # so results match torch's direct computation.
+    r = h.rank(x1)
+    diff = ops.subtract(h.unsqueeze(x1, r - 1), h.unsqueeze(x2, r - 2)).output(0)
+    return _p_norm(diff, float(p), r)
+
+
+def _static_rows(node: torch.fx.Node) -> str | None:
+    return None if isinstance(h.meta(node.args[0]).shape[0], int) else "needs a static number of rows"
+
+
+@lowers(aten._pdist_forward.default, validator=_static_rows)
+def pdist(ctx, node, x, p=2.0):
+    n = h.static_shape(x)[0]
+    rows, cols = np.triu_indices(n, 1)
+    a = ops.gather(x, h.const(rows.astype(np.int64), torch.int64), h.const(0, torch.int64))
+    b = ops.gather(x, h.const(cols.astype(np.int64), torch.int64), h.const(0, torch.int64))
+    return _p_norm(ops.subtract(a, b).output(0), float(p), 1)
