@@ -1,0 +1,1 @@
+"""OpInfo-driven conformance suite for the fxvino backend (see README.md)."""
