@@ -281,6 +281,16 @@ def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def write_json(path: Path, meta: dict, runs: dict, table: dict) -> None:
+    """Every round's raw result plus the aggregate table, for --from-json and later analysis."""
+    data = {
+        "meta": meta,
+        "runs": [r for rs in runs.values() for r in rs],
+        "aggregate": [{"model": k[0], "backend": k[1], **v} for k, v in table.items()],
+    }
+    path.write_text(json.dumps(data, indent=1, default=str))
+
+
 def write_markdown(path: Path, table: dict, models: list[str], backends: list[str], meta: dict) -> None:
     m = meta["machine"]
     lines = [
@@ -529,17 +539,7 @@ def rerender(raws: list[Path], out: Path | None) -> int:
     backends = [b for b in BACKENDS if any(k[1] == b for k in runs)]
     table = {key: aggregate(rs) for key, rs in runs.items()}
     if len(datas) > 1:
-        out.with_suffix(".json").write_text(
-            json.dumps(
-                {
-                    "meta": meta,
-                    "runs": [r for rs in runs.values() for r in rs],
-                    "aggregate": [{"model": k[0], "backend": k[1], **v} for k, v in table.items()],
-                },
-                indent=1,
-                default=str,
-            )
-        )
+        write_json(out.with_suffix(".json"), meta, runs, table)
     write_markdown(out, table, models, backends, meta)
     warn = write_chart(out.with_suffix(".png"), table, models, backends, meta)
     print(f"wrote {out}" + (f" (warning: {warn})" if warn else f" and {out.with_suffix('.png')}"))
@@ -687,17 +687,7 @@ def main(argv: list[str] | None = None) -> int:
 
     meta["wall_min"] = (time.perf_counter() - t_start) / 60
     table = {key: aggregate(rs) for key, rs in runs.items()}
-    raw.write_text(
-        json.dumps(
-            {
-                "meta": meta,
-                "runs": [r for rs in runs.values() for r in rs],
-                "aggregate": [{"model": k[0], "backend": k[1], **v} for k, v in table.items()],
-            },
-            indent=1,
-            default=str,
-        )
-    )
+    write_json(raw, meta, runs, table)
     write_markdown(out, table, models, backends, meta)
     warn = write_chart(png, table, models, backends, meta)
     print(f"\ndone in {meta['wall_min']:.1f} min: wrote {out}" + ("" if warn else f", {png}") + f", {raw}")

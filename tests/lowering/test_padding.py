@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 import fxvino
 from fxvino import capture
+from fxvino.options import Options
 from harness import assert_all_on_openvino, run_fxvino
 
 aten = torch.ops.aten
@@ -23,9 +24,10 @@ MODE_PADS = [
 
 
 @pytest.fixture
-def keep_mode_pads(monkeypatch):
-    """The Core ATen table decomposes reflection/replication pads into index ops; keep them whole."""
-    monkeypatch.setattr(capture, "KEEP_UNDECOMPOSED", capture.KEEP_UNDECOMPOSED | set(MODE_PADS))
+def keep_mode_pads():
+    """Capture keeps reflection/replication pads whole (the Core ATen table would decompose them)."""
+    assert set(MODE_PADS) <= capture.KEEP_UNDECOMPOSED
+    assert not set(MODE_PADS) & set(capture.decomposition_table(Options()))
 
 
 def _check(fn, *args, op, dynamic=None):
