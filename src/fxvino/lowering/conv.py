@@ -17,16 +17,13 @@ def _conv_ok(node: torch.fx.Node) -> str | None:
         return "only batched 1-3d convolutions are lowered"
     if any(not isinstance(s, int) for s in h.meta(w).shape):
         return "weights must have a static shape"
-    transposed, groups = node.args[6], node.args[8]
-    if transposed and groups != 1:
-        return "grouped transposed convolution is not lowered yet"
     return None
 
 
-def _grouped_weight(w, groups: int, transposed: bool):
+def _grouped_weight(w, groups: int):
+    """PyTorch's (C_out, C_in/g, *k) or transposed (C_in, C_out/g, *k) weight as OpenVINO's
+    (g, C_out/g, C_in/g, *k) or (g, C_in/g, C_out/g, *k): splitting the first axis is the same reshape."""
     shape = h.static_shape(w)
-    if transposed:
-        return w
     return h.reshape(w, [groups, shape[0] // groups, *shape[1:]])
 
 
@@ -37,9 +34,10 @@ def convolution(ctx, node, x, w, bias, stride, padding, dilation, transposed, ou
     stride, padding, dilation = (list(v) * (spatial if len(v) == 1 else 1) for v in (stride, padding, dilation))
     if transposed:
         out_pad = list(output_padding) * (spatial if len(output_padding) == 1 else 1)
-        y = ops.convolution_backprop_data(
+        backprop = ops.convolution_backprop_data if groups == 1 else ops.group_convolution_backprop_data
+        y = backprop(
             x,
-            w,
+            w if groups == 1 else _grouped_weight(w, groups),
             stride,
             pads_begin=padding,
             pads_end=padding,
@@ -49,7 +47,7 @@ def convolution(ctx, node, x, w, bias, stride, padding, dilation, transposed, ou
     elif groups == 1:
         y = ops.convolution(x, w, stride, padding, padding, dilation).output(0)
     else:
-        y = ops.group_convolution(x, _grouped_weight(w, groups, False), stride, padding, padding, dilation).output(0)
+        y = ops.group_convolution(x, _grouped_weight(w, groups), stride, padding, padding, dilation).output(0)
     if bias is not None:
         b = h.reshape(h.cast(bias, h.out_dtype(node)), [1, -1] + [1] * spatial)
         y = ops.add(y, b).output(0)

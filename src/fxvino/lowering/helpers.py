@@ -193,7 +193,8 @@ def squeeze(x: ov.Output, axes: int | Sequence[int]) -> ov.Output:
 
 
 def reshape(x: ov.Output, shape: Sequence[Value]) -> ov.Output:
-    return ops.reshape(x, as_shape(shape), True).output(0)
+    """torch's reshape: a 0 in ``shape`` is a zero-size dim (special_zero=False), not "copy it"."""
+    return ops.reshape(x, as_shape(shape), False).output(0)
 
 
 def transpose(x: ov.Output, order: Sequence[int]) -> ov.Output:

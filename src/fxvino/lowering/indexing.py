@@ -26,16 +26,22 @@ def index_select(ctx, node, x, dim, index):
 
 @lowers(aten.gather.default)
 def gather(ctx, node, x, dim, index, *, sparse_grad=False):
-    if h.rank(x) == 0:
-        return x
+    if h.rank(x) == 0 or h.rank(index) != h.rank(x):
+        # torch allows these only when every index is 0 (a 0-d x) or there is no index at all (an
+        # empty index of another rank): the result is x's one value, or nothing, in index's shape.
+        scalar = x if h.rank(x) == 0 else h.cast_like(h.const(0, torch.int64), x)
+        return ops.broadcast(scalar, h.shape_of(index)).output(0)
     d = h.norm_dim(dim, h.rank(x))
     index = h.cast(index, torch.int64)
     # torch allows index smaller than x in non-gather dims: slice x down to index's extent.
     ishape, xshape = h.static_shape(index), h.static_shape(x)
     if ishape != xshape or None in ishape:
         ends = [h.dim(index, i) if i != d else h.dim(x, i) for i in range(h.rank(x))]
-        x = ops.slice(
-            x, h.const([0] * h.rank(x), torch.int64), h.as_shape(ends), h.const([1] * h.rank(x), torch.int64)
+        # StridedSlice, not Slice: the CPU plugin drops a Slice feeding GatherElements and then
+        # rejects the shapes (OpenVINO 2026.4).
+        zeros = [0] * h.rank(x)
+        x = ops.strided_slice(
+            x, h.const(zeros, torch.int64), h.as_shape(ends), h.const([1] * h.rank(x), torch.int64), zeros, zeros
         ).output(0)
     return ops.gather_elements(x, index, d).output(0)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import openvino as ov
 import openvino.opset16 as ops
 import torch
 
@@ -68,12 +69,25 @@ def avg_pool(
     ).output(0)
 
 
+def _batched(x, output_size) -> tuple[ov.Output, bool]:
+    """OpenVINO's adaptive pools need (N, C, *spatial); PyTorch also takes unbatched (C, *spatial)."""
+    unbatched = h.rank(x) == len(output_size) + 1
+    return (h.unsqueeze(x, 0) if unbatched else x), unbatched
+
+
 @lowers(aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default, aten.adaptive_avg_pool1d.default)
 def adaptive_avg_pool(ctx, node, x, output_size):
-    return ops.adaptive_avg_pool(x, h.as_shape(output_size)).output(0)
+    x, unbatched = _batched(x, output_size)
+    out = ops.adaptive_avg_pool(x, h.as_shape(output_size)).output(0)
+    return h.squeeze(out, 0) if unbatched else out
 
 
 @lowers(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool1d.default)
 def adaptive_max_pool(ctx, node, x, output_size):
-    pool = ops.adaptive_max_pool(x, h.as_shape(output_size), "i64")
-    return (pool.output(0), pool.output(1))
+    x, unbatched = _batched(x, output_size)
+    # i32 indices: the CPU plugin rejects an i64 index output ("does not support i64 for use with oneDNN").
+    pool = ops.adaptive_max_pool(x, h.as_shape(output_size), "i32")
+    values, indices = pool.output(0), h.cast(pool.output(1), torch.int64)
+    if unbatched:
+        values, indices = h.squeeze(values, 0), h.squeeze(indices, 0)
+    return (values, indices)

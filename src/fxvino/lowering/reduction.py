@@ -92,4 +92,6 @@ def var(ctx, node, x, dim=None, unbiased=None, keepdim=False, *, correction=None
     sq = ops.reduce_sum(ops.multiply(ops.subtract(x, mu), ops.subtract(x, mu)), axes, keepdim)
     n = ops.reduce_prod(ops.gather(h.shape_of(x), axes, h.const(0, torch.int64)), h.const(0, torch.int64), False)
     denom = ops.subtract(h.cast(n.output(0), h.out_dtype(node)), h.const(correction, h.out_dtype(node)))
+    # torch divides by max(N - correction, 0): too few elements give 0/0 = nan (not a negative count).
+    denom = ops.maximum(denom, h.const(0, h.out_dtype(node)))
     return ops.divide(sq, denom).output(0)

@@ -14,6 +14,12 @@ INT64_MAX = 2**63 - 1
 
 @lowers(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 def view(ctx, node, x, size):
+    shape = list(h.meta(node).shape)
+    if 0 in shape and all(isinstance(s, int) for s in shape):
+        # Nothing to move: an empty tensor of the shape. Reshaping a zero-size input can fail in
+        # OpenVINO's compile passes (a Transpose feeding it becomes a Reshape that reads 0 as
+        # "copy this dim", e.g. pixel_shuffle of a (1, 1, 0, 1) input).
+        return ops.broadcast(h.cast_like(h.const(0, torch.int64), x), h.as_shape(shape)).output(0)
     return h.reshape(x, size)
 
 

@@ -1,0 +1,30 @@
+"""Grouped transposed convolution against eager PyTorch (GroupConvolutionBackpropData)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from harness import assert_all_on_openvino, run_fxvino
+
+CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+
+
+@pytest.mark.parametrize("spatial", [1, 2, 3])
+@pytest.mark.parametrize("groups, stride, padding, output_padding, dilation", [(2, 1, 0, 0, 1), (3, 2, 1, 1, 2)])
+def test_grouped_conv_transpose(spatial, groups, stride, padding, output_padding, dilation):
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, *[5] * spatial)
+    w = torch.randn(6, 4, *[3] * spatial)  # (C_in, C_out / groups, *kernel)
+    b = torch.randn(4 * groups)
+
+    def fn(x, w, b):
+        return CONV_T[spatial](
+            x, w, b, stride=stride, padding=padding, output_padding=output_padding, groups=groups, dilation=dilation
+        )
+
+    out, report = run_fxvino(fn, x, w, b, fullgraph=True)
+    torch.testing.assert_close(out, fn(x, w, b), rtol=1e-4, atol=1e-4)
+    assert_all_on_openvino(report)
+    assert report.ov_ops["aten.convolution.default"] == 1, str(report)
