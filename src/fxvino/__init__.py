@@ -11,4 +11,23 @@ from fxvino.options import Options
 from fxvino.report import GraphReport, Report, collect_reports
 
 __version__ = "0.1.0"
-__all__ = ["fxvino", "explain", "collect_reports", "Options", "Report", "GraphReport", "__version__"]
+
+
+def reset() -> None:
+    """Drop every compiled model: Dynamo's compiled code (``torch._dynamo.reset()``), which holds
+    fxvino's compiled partitions, and fxvino's per-directory cache objects. Files in the model
+    cache stay on disk (``fxvino cache clear`` removes them). Memory is returned once no
+    compiled callable of the user's still refers to a partition.
+    """
+    import gc
+
+    import torch._dynamo
+
+    from fxvino.cache import reset_caches
+
+    torch._dynamo.reset()
+    reset_caches()
+    gc.collect()
+
+
+__all__ = ["fxvino", "explain", "reset", "collect_reports", "Options", "Report", "GraphReport", "__version__"]

@@ -50,6 +50,29 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache(args: argparse.Namespace) -> int:
+    import datetime as dt
+    from pathlib import Path
+
+    from fxvino.cache import ModelCache, format_size
+    from fxvino.options import default_cache_dir
+
+    root = Path(args.dir).expanduser() if args.dir else default_cache_dir()
+    cache = ModelCache(root)
+    if args.action == "clear":
+        n = cache.clear()
+        print(f"removed {n} entr{'y' if n == 1 else 'ies'} from {root}")
+        return 0
+    info = cache.info()
+    print(f"cache dir   {info['dir']}" + ("" if root.is_dir() else " (does not exist yet)"))
+    print(f"entries     {info['entries']}")
+    print(f"size        {format_size(info['bytes'])}")
+    for label, stamp in (("last used", info["newest_use"]), ("oldest use", info["oldest_use"])):
+        if stamp is not None:
+            print(f"{label:11s} {dt.datetime.fromtimestamp(stamp).isoformat(timespec='seconds')}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fxvino", description="fxvino: torch.compile graphs on OpenVINO")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -63,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--precision", default="f32", choices=["f32", "bf16", "f16"])
     p.add_argument("--dynamic", action="store_true")
     p.set_defaults(fn=_explain)
+    p = sub.add_parser("cache", help="the model cache (model_caching=True): show its size, or clear it")
+    p.add_argument("action", choices=["info", "clear"])
+    p.add_argument("--dir", default=None, help="cache directory (default: the per-user one, as cache_dir)")
+    p.set_defaults(fn=_cache)
     p = sub.add_parser("demo", help="the README demo: BERT-base, eager vs fxvino")
     p.set_defaults(fn=lambda a: __import__("fxvino.demo", fromlist=["main"]).main([]))
     args = parser.parse_args(argv)

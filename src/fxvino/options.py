@@ -39,6 +39,10 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
+# The model cache's default size cap: a few dozen large models; LRU eviction beyond it.
+DEFAULT_CACHE_SIZE = 10 * 10**9
+
+
 def default_cache_dir() -> Path:
     """Per-user cache directory: compiled models must not litter the working directory."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -51,6 +55,7 @@ class Options:
     aot_autograd: bool = False
     model_caching: bool = False
     cache_dir: Path = dataclasses.field(default_factory=default_cache_dir)
+    cache_size: int | None = DEFAULT_CACHE_SIZE  # bytes; None: no cap
     decompositions: tuple[torch._ops.OpOverload, ...] = ()
     disabled_ops: frozenset[torch._ops.OpOverload] = frozenset()
     config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -86,6 +91,10 @@ class Options:
                 kw[key] = _as_bool(raw[key], key)
         if "cache_dir" in raw:
             kw["cache_dir"] = Path(_expect(raw["cache_dir"], (str, os.PathLike), "cache_dir")).expanduser()
+        if "cache_size" in raw:
+            from fxvino.cache import parse_size
+
+            kw["cache_size"] = parse_size(raw["cache_size"], "cache_size")
         if "decompositions" in raw:
             kw["decompositions"] = tuple(_overloads(raw["decompositions"], "decompositions"))
         if "disabled_ops" in raw:
@@ -109,12 +118,15 @@ class Options:
         return cls(**kw)
 
     def compile_config(self) -> dict[str, Any]:
-        """OpenVINO properties for compile_model: mode, precision, then the user's config on top."""
+        """OpenVINO properties for compile_model: mode, precision, then the user's config on top.
+
+        ``model_caching`` is fxvino's own cache (``cache.py``), not OpenVINO's ``CACHE_DIR``: that
+        one would hash every weight of an in-memory model on each compile and store a second
+        copy of each blob. A ``CACHE_DIR`` given in ``config`` still passes through.
+        """
         known = supported_properties(self.device)
         cfg: dict[str, Any] = {k: v for k, v in MODE_CONFIG[self.mode].items() if not known or k in known}
         cfg["INFERENCE_PRECISION_HINT"] = PRECISIONS[self.precision]
-        if self.model_caching:
-            cfg["CACHE_DIR"] = str(self.cache_dir)
         cfg.update(self.config)
         return cfg
 

@@ -19,6 +19,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
+from fxvino import cache
 from fxvino.devices import core
 from fxvino.lowering import ensure_registered
 from fxvino.lowering.convert import LoweringError, fetch_attr, lower_graph
@@ -100,12 +101,21 @@ def _compile_partition(
         for i, a in enumerate(node.args)
         if isinstance(a, torch.fx.Node) and a.op == "get_attr"
     }
+    key, hit = None, None
     try:
         with unset_fake_temporarily():  # constants are real tensors; AOTAutograd runs us in fake mode
             t0 = time.perf_counter()
-            lowered = lower_graph(sub, constants, name)
-            t1 = time.perf_counter()
-            compiled = core().compile_model(lowered.model, options.device, options.compile_config())
+            if options.model_caching:  # a hit skips lowering and compiling (cache.py)
+                key, hit = cache.lookup(options, sub, constants)
+            if hit is not None:
+                lowered, compiled = hit, hit.compiled
+                t1 = t0
+            else:
+                lowered = lower_graph(sub, constants, name)
+                t1 = time.perf_counter()
+                compiled = core().compile_model(lowered.model, options.device, options.compile_config())
+                if key is not None:
+                    cache.store(options, key, compiled, lowered, name)
             t2 = time.perf_counter()
     except Exception as e:  # noqa: BLE001 - any failure degrades to Inductor, and is reported
         why = e.reason if isinstance(e, LoweringError) else f"OpenVINO compile failed: {type(e).__name__}: {e}"
@@ -120,6 +130,8 @@ def _compile_partition(
     preport.lowering_seconds, preport.compile_seconds = t1 - t0, t2 - t1
     report.ov_ops.update(ops_here)
     partition = CompiledPartition(compiled, lowered.inputs, lowered.outputs)
+    if hit is not None:
+        partition.mapping = hit.mapping  # the imported model reads the mapped file: keep it open
     runtime_args = [node.args[i] for i in lowered.runtime_positions]
     guarded = _GuardedPartition(partition, sub, constants, lowered.runtime_positions, name, report)
     _install(parent, node, guarded, single, runtime_args)
