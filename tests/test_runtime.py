@@ -7,6 +7,8 @@ import threading
 import pytest
 import torch
 
+from fxvino import collect_reports
+from fxvino.runtime import COPY_IN_BYTES
 from harness import assert_all_on_openvino, run_fxvino
 
 
@@ -81,3 +83,42 @@ def test_returned_input_view_is_a_view():
     x = torch.randn(4, 4)
     out, _ = run_fxvino(lambda t: t[0], x)
     torch.testing.assert_close(out, x[0])
+
+
+@pytest.mark.parametrize("numel", [16, COPY_IN_BYTES // 4 + 1], ids=["copied-in", "bound"])
+def test_inputs_are_read_afresh_each_call(numel):
+    """Small inputs are copied into the request's buffer, large ones bound: both must see an
+    input changed in place between calls, and an input of another dtype."""
+    fn = torch.compile(lambda x: x * 2 + 1, backend="fxvino")
+    x = torch.randn(numel)
+    with collect_reports() as report:
+        first = fn(x)
+        x.add_(1)
+        second = fn(x)
+    assert_all_on_openvino(report)
+    torch.testing.assert_close(first, (x - 1) * 2 + 1)
+    torch.testing.assert_close(second, x * 2 + 1)
+
+
+def test_copied_in_partition_survives_a_mismatched_call():
+    """A call whose input does not fit the request's buffer binds it instead (OpenVINO then
+    rejects it and the partition reruns eagerly); the next call must be correct again."""
+    import fxvino.partition as partition_module
+
+    captured = []
+    original = partition_module.CompiledPartition
+
+    def spy(*args, **kwargs):
+        captured.append(original(*args, **kwargs))
+        return captured[-1]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(partition_module, "CompiledPartition", spy)
+        fn = torch.compile(lambda x: torch.relu(x) + 1, backend="fxvino", dynamic=False)
+        x = torch.randn(8)
+        fn(x)
+    part = captured[0]
+    with pytest.raises(Exception):  # noqa: B017 - OpenVINO's own error type
+        part(torch.randn(9))
+    torch.testing.assert_close(part(x)[0], torch.relu(x) + 1)
+    torch.testing.assert_close(fn(x * 3), torch.relu(x * 3) + 1)

@@ -21,6 +21,7 @@ from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from fxvino.lowering.convert import fetch_attr
 from fxvino.options import Options
 from fxvino.partition import partition_and_compile
 from fxvino.report import Fallback, GraphReport, publish
@@ -134,6 +135,7 @@ def _compile_aten(
         work = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
         with unset_fake_temporarily():  # AOTAutograd calls us in fake mode; weights are real
             _freeze(work, frozen)
+            report.folded_nodes = fold_constants(work)
         runner = partition_and_compile(work, options, report)
     except Exception as e:  # noqa: BLE001 - a bug of ours must degrade, not crash the model
         logger.exception("fxvino: compiling graph %s failed", report.name)
@@ -203,3 +205,80 @@ def _freeze(gm: torch.fx.GraphModule, frozen: dict[int, torch.Tensor]) -> None:
         node.replace_all_uses_with(attr)
         gm.graph.erase_node(node)
     gm.recompile()
+
+
+# Folded results are copies we keep: only small ones are worth it (masks, position ids).
+# Large constant ops (weight transposes, casts) are left to OpenVINO, which folds those itself.
+FOLD_MAX_BYTES = 1 << 20
+
+
+def fold_constants(gm: torch.fx.GraphModule) -> int:
+    """Evaluate, once, the small ops whose inputs are all frozen constants; returns how many.
+
+    Frozen weights make parts of a graph constant (position ids sliced from a buffer, masks
+    built from ``arange``). OpenVINO's CPU plugin does not fold every such op (GatherND,
+    GatherElements), so they would be recomputed on every call. Views of constants are not
+    replaced (they cost nothing in OpenVINO, and a folded view would be a copy) but the ops
+    reading them fold; random and mutating ops never do.
+    """
+    values: dict[torch.fx.Node, torch.Tensor] = {}
+    for n in gm.graph.find_nodes(op="get_attr"):
+        v = fetch_attr(gm, n.target)
+        if isinstance(v, torch.Tensor):
+            values[n] = v
+    folded = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or not _foldable(node, values):
+            continue
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: values.get(a, _shape_only(a)))
+        try:
+            result = node.target(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - leave it to the lowering, which reports properly
+            continue
+        if not isinstance(result, torch.Tensor):
+            continue
+        if node.target.is_view:  # known, but kept as an op: consumers may fold through it
+            values[node] = result
+            continue
+        if result.nbytes > FOLD_MAX_BYTES:
+            continue
+        name = f"_fxvino_folded_{folded}"
+        gm.register_buffer(name, result.detach().contiguous(), persistent=False)
+        with gm.graph.inserting_before(node):
+            attr = gm.graph.get_attr(name)
+        attr.meta = dict(node.meta)
+        node.replace_all_uses_with(attr)
+        gm.graph.erase_node(node)
+        values[attr] = getattr(gm, name)
+        folded += 1
+    if folded:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return folded
+
+
+def _foldable(node: torch.fx.Node, values: dict[torch.fx.Node, torch.Tensor]) -> bool:
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    if target._schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags:
+        return False
+    if not isinstance(node.meta.get("val"), torch.Tensor):
+        return False
+    inputs = node.all_input_nodes
+    if target in SHAPE_ONLY_OPS and inputs and _shape_only(node.args[0]) is not None:
+        inputs = inputs[1:]  # reads only the (static) shape and dtype of its first argument
+    return all(a in values for a in inputs)
+
+
+# Ops whose result depends on their first argument's shape and dtype, not on its values: with
+# a static shape, ``ones_like(input_ids)`` (transformers' default attention mask) is a constant.
+SHAPE_ONLY_OPS = frozenset({aten.full_like.default, aten.ones_like.default, aten.zeros_like.default})
+
+
+def _shape_only(a: torch.fx.Node) -> torch.Tensor | None:
+    """A stand-in with ``a``'s static shape and dtype, for :data:`SHAPE_ONLY_OPS`."""
+    val = a.meta.get("val")
+    if not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in val.shape):
+        return None
+    return torch.empty(tuple(val.shape), dtype=val.dtype)

@@ -50,6 +50,27 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _graph(args: argparse.Namespace) -> int:
+    from fxvino import graph_quality, zoo
+
+    kwargs: dict[str, object] = {}
+    if args.layers is not None:
+        if args.model not in ("bert", "gpt2"):
+            raise SystemExit(f"--layers applies to bert and gpt2, not {args.model}")
+        kwargs["num_hidden_layers" if args.model == "bert" else "n_layer"] = args.layers
+    model, inputs = zoo.comparable(args.model, **kwargs)
+    torch.set_num_threads(2)
+    print(f"compiling {args.model} with fxvino ({args.precision})...", file=sys.stderr)
+    ours, work, report = graph_quality.fxvino_runtime(model, inputs, {"precision": args.precision})
+    native = None
+    if not args.no_native:
+        print("converting it natively (ov.convert_model)...", file=sys.stderr)
+        native = graph_quality.native_runtime(model, inputs, args.precision)
+    print(report)
+    print(graph_quality.format_comparison(ours, native, work))
+    return 1 if work else 0
+
+
 def _cache(args: argparse.Namespace) -> int:
     import datetime as dt
     from pathlib import Path
@@ -86,6 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--precision", default="f32", choices=["f32", "bf16", "f16"])
     p.add_argument("--dynamic", action="store_true")
     p.set_defaults(fn=_explain)
+    p = sub.add_parser("graph", help="what OpenVINO executes for a reference model: layer histogram vs native")
+    p.add_argument("model", choices=sorted(MODELS))
+    p.add_argument("--precision", default="f32", choices=["f32", "bf16", "f16"])
+    p.add_argument("--no-native", action="store_true", help="skip converting the model natively for comparison")
+    p.add_argument("--layers", type=int, default=None, help="transformers models: number of layers (default: all)")
+    p.set_defaults(fn=_graph)
     p = sub.add_parser("cache", help="the model cache (model_caching=True): show its size, or clear it")
     p.add_argument("action", choices=["info", "clear"])
     p.add_argument("--dir", default=None, help="cache directory (default: the per-user one, as cache_dir)")

@@ -10,6 +10,7 @@ import collections
 import logging
 import operator
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -128,6 +129,7 @@ def _compile_partition(
         _install(parent, node, runner, single, list(node.args))
         return
     preport.lowering_seconds, preport.compile_seconds = t1 - t0, t2 - t1
+    preport.compiled_ref = weakref.ref(compiled)
     report.ov_ops.update(ops_here)
     partition = CompiledPartition(compiled, lowered.inputs, lowered.outputs)
     if hit is not None:

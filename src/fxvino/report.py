@@ -12,7 +12,9 @@ import contextlib
 import contextvars
 import dataclasses
 import logging
+import weakref
 from collections.abc import Iterator
+from typing import Any
 
 logger = logging.getLogger("fxvino")
 
@@ -35,6 +37,13 @@ class PartitionReport:
     lowering_seconds: float = 0.0
     compile_seconds: float = 0.0
     on_openvino: bool = True
+    # The compiled model, weakly: a report must not keep a compiled model alive after a reset.
+    compiled_ref: weakref.ref | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def compiled(self) -> Any:
+        """The partition's ``ov.CompiledModel`` while it is alive, else None."""
+        return self.compiled_ref() if self.compiled_ref is not None else None
 
 
 @dataclasses.dataclass
@@ -47,6 +56,7 @@ class GraphReport:
     partitions: list[PartitionReport] = dataclasses.field(default_factory=list)
     fallbacks: list[Fallback] = dataclasses.field(default_factory=list)
     frozen_inputs: int = 0
+    folded_nodes: int = 0  # ops evaluated once at compile time (their inputs were all constants)
 
     @property
     def ov_partitions(self) -> list[PartitionReport]:
@@ -73,6 +83,8 @@ class GraphReport:
         ]
         if self.frozen_inputs:
             lines.append(f"  {self.frozen_inputs} parameters/buffers frozen into OpenVINO constants")
+        if self.folded_nodes:
+            lines.append(f"  {self.folded_nodes} ops on constants only evaluated once at compile time")
         if self.torch_ops:
             lines.append("  in PyTorch: " + ", ".join(f"{op} x{n}" for op, n in self.torch_ops.most_common()))
         for fb in self.fallbacks:

@@ -1,8 +1,11 @@
 """Running a compiled OpenVINO partition from PyTorch.
 
-The call path is kept short: inputs are wrapped without copies, an infer request is taken
-from a pool (so concurrent callers never share one), and outputs are copied into fresh torch
-tensors so a result never changes when the model runs again.
+The call path is what per-call overhead is made of, so it is kept short. Each infer request
+comes from a pool (concurrent callers never share one) together with torch views of its own
+input and output buffers. A small static-shaped input is copied into the request's buffer:
+handing OpenVINO new memory on every call (``set_input_tensor``) costs more than copying a few
+kilobytes. A large input is handed over without a copy instead. Outputs are copied into fresh
+torch tensors, so a result never changes when the model runs again.
 """
 
 from __future__ import annotations
@@ -15,7 +18,38 @@ import openvino as ov
 import torch
 
 from fxvino.lowering.convert import InputSpec, OutputSpec
-from fxvino.lowering.types import TORCH_TO_NUMPY_CARRIER, to_ov_tensor
+from fxvino.lowering.types import OV_TO_TORCH, TORCH_TO_NUMPY_CARRIER, to_ov_tensor
+
+# Inputs up to this size are copied into the request's own buffer rather than bound.
+COPY_IN_BYTES = 64 * 1024
+
+
+def _torch_view(tensor: ov.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """A torch tensor over an OpenVINO tensor's memory (no copy)."""
+    view = torch.from_numpy(tensor.data)
+    carrier = TORCH_TO_NUMPY_CARRIER.get(dtype) if dtype is not None else None
+    return view.view(dtype) if carrier is not None else view
+
+
+class _Request:
+    """An infer request and torch views of the buffers it owns (built once, reused)."""
+
+    __slots__ = ("request", "inputs", "outputs", "static_out")
+
+    def __init__(self, request: ov.InferRequest, copy_in: Sequence[tuple[int, torch.dtype]], static_out: Sequence):
+        self.request = request
+        self.inputs = {i: _torch_view(request.get_input_tensor(i), dtype) for i, dtype in copy_in}
+        self.outputs: dict[int, torch.Tensor] = {}
+        self.static_out = static_out
+
+    def output(self, index: int, dtype: torch.dtype | None) -> torch.Tensor:
+        """The output as a fresh tensor; static outputs live in one buffer, read through a view."""
+        view = self.outputs.get(index)
+        if view is None:
+            view = _torch_view(self.request.get_output_tensor(index), dtype)
+            if index in self.static_out:
+                self.outputs[index] = view
+        return view.clone()
 
 
 class CompiledPartition:
@@ -25,42 +59,66 @@ class CompiledPartition:
         self.compiled = compiled
         self.inputs = tuple(inputs)
         self.outputs = tuple(outputs)
-        self._pool: queue.SimpleQueue[ov.InferRequest] = queue.SimpleQueue()
-        self._pool.put(compiled.create_infer_request())
+        # Static-shaped small tensor inputs are copied in (index -> expected dtype).
+        self._copy_in: list[tuple[int, torch.dtype]] = []
+        for i, (spec, port) in enumerate(zip(self.inputs, compiled.inputs, strict=True)):
+            shape = port.get_partial_shape()
+            if spec.kind != "tensor" or not shape.is_static or port.get_element_type() not in OV_TO_TORCH:
+                continue
+            nbytes = port.get_element_type().size * _numel(shape.to_shape())
+            if nbytes <= COPY_IN_BYTES:
+                self._copy_in.append((i, OV_TO_TORCH[port.get_element_type()]))
+        self._static_out = frozenset(i for i, port in enumerate(compiled.outputs) if port.get_partial_shape().is_static)
+        # Requests are made on first use: not in the fake mode the compiler runs under.
+        self._pool: queue.SimpleQueue[_Request] = queue.SimpleQueue()
 
-    def _request(self) -> ov.InferRequest:
-        try:
-            return self._pool.get_nowait()
-        except queue.Empty:
-            return self.compiled.create_infer_request()
+    def _new_request(self) -> _Request:
+        return _Request(self.compiled.create_infer_request(), self._copy_in, self._static_out)
 
     def __call__(self, *args: Any) -> tuple[Any, ...]:
-        request = self._request()
+        try:
+            slot = self._pool.get_nowait()
+        except queue.Empty:
+            slot = self._new_request()
+        request = slot.request
         # ov.Tensor(shared_memory=True) does not own its memory: ``alive`` keeps every buffer
         # we hand over (contiguous copies included) referenced until inference is done.
         alive = []
+        rebound = False  # a buffer we copy into was replaced by a bound tensor
         try:
             for i, spec in enumerate(self.inputs):
                 a = args[spec.position]
-                if spec.kind == "tensor":
-                    a = a if a.is_contiguous() else a.contiguous()
-                else:
+                if spec.kind != "tensor":
                     a = torch.tensor(int(a))
+                else:
+                    view = slot.inputs.get(i)
+                    if view is not None:
+                        if a.dtype == view.dtype and a.shape == view.shape:
+                            view.copy_(a)
+                            continue
+                        rebound = True
+                    if not a.is_contiguous():
+                        a = a.contiguous()
                 alive.append(a)
                 request.set_input_tensor(i, to_ov_tensor(a))
             request.infer()
-            return tuple(_take(request, spec) for spec in self.outputs)
+            return tuple(_take(slot, spec) for spec in self.outputs)
         finally:
-            self._pool.put(request)
+            if rebound:  # its views no longer show what OpenVINO reads: start afresh
+                slot = self._new_request()
+            self._pool.put(slot)
 
 
-def _take(request: ov.InferRequest, spec: OutputSpec) -> Any:
+def _numel(shape: ov.Shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _take(slot: _Request, spec: OutputSpec) -> Any:
     if spec.kind == "python":
         return spec.value
-    data = request.get_output_tensor(spec.index).data
     if spec.kind == "symint":
-        return int(data)
-    out = torch.from_numpy(data.copy())
-    if spec.dtype in TORCH_TO_NUMPY_CARRIER:
-        out = out.view(spec.dtype)
-    return out
+        return int(slot.request.get_output_tensor(spec.index).data)
+    return slot.output(spec.index, spec.dtype)

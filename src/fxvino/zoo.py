@@ -116,3 +116,27 @@ def build(name: str, seed: int = 0, **kwargs: object) -> tuple[nn.Module, tuple[
         raise ValueError(f"unknown model {name!r}; valid: {', '.join(MODELS)}")
     torch.manual_seed(seed)
     return MODELS[name](**kwargs)
+
+
+class LastHiddenState(nn.Module):
+    """A transformers model seen as ``ids -> last_hidden_state``, with an explicit all-ones
+    attention mask and no KV cache: the form ``ov.convert_model`` can trace, so fxvino and
+    native conversion are compared on the same computation."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        kwargs: dict[str, object] = {"attention_mask": torch.ones_like(ids)}
+        if getattr(self.model.config, "use_cache", None) is not None:
+            kwargs["use_cache"] = False
+        return self.model(input_ids=ids, **kwargs).last_hidden_state
+
+
+def comparable(name: str, seed: int = 0, **kwargs: object) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """:func:`build`, with transformers models wrapped in :class:`LastHiddenState`."""
+    model, inputs = build(name, seed, **kwargs)
+    if name in ("bert", "gpt2"):
+        model = LastHiddenState(model).eval()
+    return model, inputs

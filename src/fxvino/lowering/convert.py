@@ -148,10 +148,17 @@ def lower_graph(gm: torch.fx.GraphModule, constants: Mapping[int, torch.Tensor],
 
 def _constant(t: torch.Tensor) -> ov.Output:
     t = t.detach()
+    if t.dtype == torch.bfloat16:
+        # A Constant made from an ov.Tensor reads the tensor's memory without keeping it alive:
+        # share the weight only when it is the caller's own (contiguous) storage, which the
+        # compiled partition keeps referenced; copy anything else into memory OpenVINO owns.
+        if t.is_contiguous():
+            return ops.constant(ov.Tensor(to_numpy(t), list(t.shape), ov.Type.bf16)).output(0)
+        owned = ov.Tensor(ov.Type.bf16, ov.Shape(list(t.shape)))
+        owned.data[...] = to_numpy(t.contiguous()).view(owned.data.dtype)
+        return ops.constant(owned).output(0)
     if not t.is_contiguous():
         t = t.contiguous()
-    if t.dtype == torch.bfloat16:
-        return ops.constant(ov.Tensor(to_numpy(t), list(t.shape), ov.Type.bf16)).output(0)
     return ops.constant(to_numpy(t), shared_memory=True).output(0)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import openvino as ov
 import openvino.opset16 as ops
 import torch
 
@@ -19,16 +20,34 @@ def _scaled(node, x, factor):
     return ops.multiply(x, h.const(factor, h.out_dtype(node))).output(0)
 
 
+def _matmul(a: ov.Output, b: ov.Output) -> ov.Output:
+    """``a @ b``, with a constant 2-D ``b`` stored the way FullyConnected reads it.
+
+    The CPU plugin makes a MatMul whose right operand is a constant [K, N] matrix into
+    FullyConnected over [N, K] weights behind a Transpose it does not fold, so the weights
+    would be transposed on every call (GPT-2's Conv1D layers: 48 such Transposes per call).
+    Transposing the data once here, with ``transpose_b``, hands it the weights it wants.
+    """
+    node = b.get_node()
+    if node.get_type_name() == "Constant" and h.rank(b) == 2:
+        data = node.get_data().T  # a view of the constant's bytes (bf16 shows as float16 bits)
+        owned = ov.Tensor(b.get_element_type(), ov.Shape(list(data.shape)))  # Constant will not copy
+        np.copyto(owned.data, data)
+        weights = ops.constant(owned).output(0)
+        return ops.matmul(a, weights, False, True).output(0)
+    return ops.matmul(a, b, False, False).output(0)
+
+
 @lowers(aten.mm.default, aten.bmm.default, aten.matmul.default)
 def mm(ctx, node, a, b):
     a, b = h.to_out(node, a, b)
-    return ops.matmul(a, b, False, False).output(0)
+    return _matmul(a, b)
 
 
 @lowers(aten.addmm.default, aten.baddbmm.default)
 def addmm(ctx, node, bias, a, b, *, beta=1, alpha=1):
     bias, a, b = h.to_out(node, bias, a, b)
-    prod = _scaled(node, ops.matmul(a, b, False, False).output(0), alpha)
+    prod = _scaled(node, _matmul(a, b), alpha)
     if beta == 0:
         return prod
     return ops.add(prod, _scaled(node, bias, beta)).output(0)

@@ -1,0 +1,127 @@
+"""Graph quality: what OpenVINO executes for the reference models stays as lean as native's.
+
+Latency follows the plugin's executable graph. These tests pin the properties that made the
+difference: weights reach FullyConnected without a per-call Transpose, layer norm becomes MVN,
+and no layer recomputes constants on every call.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+
+from fxvino import cli, graph_quality, zoo
+from fxvino.capture import FOLD_MAX_BYTES, fold_constants
+from harness import assert_all_on_openvino
+
+
+def _runtime(name: str, **kwargs):
+    model, inputs = zoo.comparable(name, **kwargs)
+    hist, work, report = graph_quality.fxvino_runtime(model, inputs)
+    assert_all_on_openvino(report)
+    return hist, work, report
+
+
+def test_gpt2_layers_are_fully_connected_without_per_call_work():
+    hist, work, _ = _runtime("gpt2", n_layer=2)
+    assert work == []  # before linalg._matmul stored Conv1D weights transposed: 8 Transposes
+    assert hist["FullyConnected"] == 4 * 2  # c_attn, c_proj, c_fc, mlp.c_proj per layer
+    assert hist["MVN"] == 2 * 2 + 1  # ln_1, ln_2 per layer, ln_f
+    assert hist["Transpose"] <= 2 * 2  # no weight transposes: only the attention heads' layout
+
+
+def test_bert_layers_are_fully_connected_without_per_call_work():
+    hist, work, report = _runtime("bert", num_hidden_layers=2)
+    assert work == []
+    assert hist["FullyConnected"] == 6 * 2  # q, k, v, attention output, intermediate, output
+    assert hist["MVN"] == 1 + 2 * 2
+    assert sum(g.folded_nodes for g in report.graphs) > 0  # position/token-type ids and the mask
+
+
+def test_constant_work_finds_ops_on_constants():
+    import numpy as np
+    import openvino as ov
+    import openvino.opset16 as ops
+
+    p = ops.parameter([4], ov.Type.f32)
+    c = ops.constant(np.arange(4, dtype=np.float32))
+    idx = ops.constant(np.array([[1], [0], [3], [2]], dtype=np.int64))
+    gathered = ops.gather_nd(c, idx)  # the CPU plugin keeps GatherND of constants as a layer
+    model = ov.Model([ops.add(p, gathered)], [p])
+    compiled = ov.Core().compile_model(model, "CPU")
+    assert any(w.startswith("GatherND") for w in graph_quality.constant_work(compiled))
+
+
+def test_fold_constants_evaluates_small_constant_ops_once():
+    w = torch.arange(6.0).reshape(2, 3)
+
+    def fn(x):
+        mask = torch.arange(3) < 2  # constant: folded
+        return x + torch.where(mask, w.t().sum(1), 0.0)  # t() stays a view, sum folds through it
+
+    gm = torch.fx.experimental.proxy_tensor.make_fx(fn, tracing_mode="fake", _allow_non_fake_inputs=True)(
+        torch.zeros(3)
+    )
+    x = torch.randn(3)
+    expected = gm(x)
+    calls_before = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+    folded = fold_constants(gm)
+    calls_after = [n for n in gm.graph.nodes if n.op == "call_function"]
+    assert folded >= 2
+    assert len(calls_after) < calls_before
+    assert [n.target for n in calls_after] == [torch.ops.aten.add.Tensor]
+    torch.testing.assert_close(gm(x), expected)
+
+
+def test_fold_constants_leaves_random_large_and_input_ops():
+    big = torch.zeros(FOLD_MAX_BYTES // 4 + 1)
+
+    def fn(x, b):
+        return x + torch.rand(3).sum() + (b + 1).sum()
+
+    gm = torch.fx.experimental.proxy_tensor.make_fx(fn, tracing_mode="fake")(torch.zeros(3), big)
+    # Turn the second input into a constant, as freezing does.
+    ph = list(gm.graph.find_nodes(op="placeholder"))[1]
+    gm.register_buffer("big", big)
+    with gm.graph.inserting_before(ph):
+        attr = gm.graph.get_attr("big")
+    attr.meta = dict(ph.meta)
+    ph.replace_all_uses_with(attr)
+    gm.graph.erase_node(ph)
+    gm.recompile()
+    assert fold_constants(gm) == 0  # rand is random, b + 1 is larger than the fold limit
+    targets = collections.Counter(n.target for n in gm.graph.nodes if n.op == "call_function")
+    assert targets[torch.ops.aten.rand.default] == 1
+    assert targets[torch.ops.aten.add.Tensor] >= 2
+
+
+def test_autocast_runs_bf16_on_openvino():
+    model, inputs = zoo.comparable("bert", num_hidden_layers=1)
+    compiled = torch.compile(model, backend="fxvino")
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = model(*inputs)
+        from fxvino import collect_reports
+
+        with collect_reports() as report:
+            got = compiled(*inputs)
+    assert_all_on_openvino(report)
+    assert got.dtype == expected.dtype
+    torch.testing.assert_close(got.float(), expected.float(), atol=0.1, rtol=0.05)
+    part = report.graphs[0].ov_partitions[0].compiled
+    precisions = {
+        op.get_rt_info()["runtimePrecision"].astype(str)
+        for op in part.get_runtime_model().get_ordered_ops()
+        if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"
+    }
+    assert precisions == {"bf16"}
+
+
+@pytest.mark.parametrize("extra", [["--no-native"], []])
+def test_graph_command(capsys, extra):
+    assert cli.main(["graph", "mlp", *extra]) == 0
+    out = capsys.readouterr().out
+    assert "FullyConnected" in out and "no layer computes from constants only" in out
+    if not extra:
+        assert "native" in out
