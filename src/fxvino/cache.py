@@ -210,6 +210,10 @@ class ModelCache:
         except FileNotFoundError:
             self._count("misses")
             return None
+        except OSError as e:  # unreadable directory or file: compile as if missing
+            logger.warning("fxvino: cannot read cache entry %s: %s", path, e)
+            self._count("misses")
+            return None
         except CacheEntryError as e:
             self._discard(path, str(e))
             return None
