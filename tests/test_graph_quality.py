@@ -125,3 +125,22 @@ def test_graph_command(capsys, extra):
     assert "FullyConnected" in out and "no layer computes from constants only" in out
     if not extra:
         assert "native" in out
+
+
+def test_folded_constants_never_alias_outputs():
+    """An output computed from constants only is still a fresh tensor on every call."""
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("b", torch.arange(4.0))
+
+        def forward(self, x):
+            return x * 2, self.b + 1
+
+    compiled = torch.compile(M().eval(), backend="fxvino")
+    with torch.no_grad():
+        _, first = compiled(torch.ones(4))
+        first.add_(100)
+        _, second = compiled(torch.ones(4))
+    torch.testing.assert_close(second, torch.arange(4.0) + 1)

@@ -20,6 +20,7 @@ import torch.fx
 from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from fxvino.lowering.convert import fetch_attr
 from fxvino.options import Options
@@ -67,8 +68,18 @@ _DYNAMO_CONTROL_FLOW = (torch._dynamo.exc.RestartAnalysis, torch._dynamo.exc.Ski
 
 
 def decomposition_table(options: Options) -> dict[torch._ops.OpOverload, Callable]:
+    """The decompositions AOTAutograd applies: Core ATen's, less what we lower whole, plus the user's.
+
+    Building it costs ~0.3 s (torch materialises every decomposition), paid once per distinct
+    ``decompositions`` option; each caller gets its own copy of the dict.
+    """
+    return dict(_decomposition_table(options.decompositions))
+
+
+@functools.lru_cache(maxsize=8)
+def _decomposition_table(extra: tuple[torch._ops.OpOverload, ...]) -> dict[torch._ops.OpOverload, Callable]:
     table = {k: v for k, v in core_aten_decompositions().items() if k not in KEEP_UNDECOMPOSED}
-    table.update(get_decompositions(list(options.decompositions)))
+    table.update(get_decompositions(list(extra)))
     return table
 
 
@@ -132,7 +143,7 @@ def _compile_aten(
     live = [i for i in range(len(example_inputs)) if i not in frozen]
     try:
         # Work on a copy of the graph: if anything fails half-way, ``gm`` is still intact.
-        work = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+        work = _LazyGraphModule(gm, copy.deepcopy(gm.graph))  # code is generated only if run
         with unset_fake_temporarily():  # AOTAutograd calls us in fake mode; weights are real
             _freeze(work, frozen)
             report.folded_nodes = fold_constants(work)
@@ -264,6 +275,8 @@ def _foldable(node: torch.fx.Node, values: dict[torch.fx.Node, torch.Tensor]) ->
     if target._schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags:
         return False
     if not isinstance(node.meta.get("val"), torch.Tensor):
+        return False
+    if any(u.op == "output" for u in node.users):  # a graph output must be a fresh tensor per call
         return False
     inputs = node.all_input_nodes
     if target in SHAPE_ONLY_OPS and inputs and _shape_only(node.args[0]) is not None:
