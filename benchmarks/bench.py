@@ -239,6 +239,12 @@ def precision_refs(backend: str) -> tuple[str, str]:
     return "native_ov" + suffix, "inductor_freeze" + suffix
 
 
+def first_call_ratio(a: dict, b: dict) -> float | None:
+    if not a.get("first_call_s") or not b.get("first_call_s"):
+        return None
+    return a["first_call_s"] / b["first_call_s"]
+
+
 def ratio(table: dict, model: str, a: str, b: str) -> float | None:
     ra, rb = table.get((model, a)), table.get((model, b))
     if not ra or not rb or "median_ms" not in ra or "median_ms" not in rb:
@@ -379,9 +385,9 @@ def write_markdown(path: Path, table: dict, models: list[str], backends: list[st
         "## fxvino against the references (latency ratio, below 1.00× = fxvino faster)",
         "",
         "| model | fxvino / native_ov | fxvino / inductor_freeze | fxvino_bf16 / native_ov_bf16 "
-        "| fxvino_bf16 / inductor_freeze_bf16 | fxvino / eager | fxvino first call s | aot_eager first call s "
-        "(tracing floor) |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|",
+        "| fxvino_bf16 / inductor_freeze_bf16 | fxvino_autocast_bf16 / fxvino_bf16 | fxvino / eager "
+        "| fxvino first call s | aot_eager first call s (tracing floor) | first call / aot_eager |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for model in models:
         fx, ae = table.get((model, "fxvino")) or {}, table.get((model, "aot_eager")) or {}
@@ -390,8 +396,10 @@ def write_markdown(path: Path, table: dict, models: list[str], backends: list[st
             f"{fmt_ratio(ratio(table, model, 'fxvino', 'inductor_freeze'))} | "
             f"{fmt_ratio(ratio(table, model, 'fxvino_bf16', 'native_ov_bf16'))} | "
             f"{fmt_ratio(ratio(table, model, 'fxvino_bf16', 'inductor_freeze_bf16'))} | "
+            f"{fmt_ratio(ratio(table, model, 'fxvino_autocast_bf16', 'fxvino_bf16'))} | "
             f"{fmt_ratio(ratio(table, model, 'fxvino', 'eager'))} | "
-            f"{fmt_s(fx.get('first_call_s'))} | {fmt_s(ae.get('first_call_s'))} |"
+            f"{fmt_s(fx.get('first_call_s'))} | {fmt_s(ae.get('first_call_s'))} | "
+            f"{fmt_ratio(first_call_ratio(fx, ae))} |"
         )
 
     if "probe" in models:
@@ -413,6 +421,13 @@ def write_markdown(path: Path, table: dict, models: list[str], backends: list[st
                     f"| {backend} | {agg['median_ms'] * 1000:.1f} | {agg['min_ms'] * 1000:.1f} | "
                     f"{fmt_s(agg['first_call_s'])} |"
                 )
+        fx, eager = table.get(("probe", "fxvino")), table.get(("probe", "eager"))
+        if fx and eager and "median_ms" in fx and "median_ms" in eager:
+            lines += [
+                "",
+                f"fxvino per-call overhead above eager: {(fx['median_ms'] - eager['median_ms']) * 1000:.1f} µs "
+                f"(median), {(fx['min_ms'] - eager['min_ms']) * 1000:.1f} µs (min).",
+            ]
 
     lines += ["", f"Raw per-round results: `{meta['json_name']}`; worker logs: `benchmarks/logs/`.", ""]
     path.write_text("\n".join(lines))

@@ -43,6 +43,7 @@ BACKENDS = (
     "native_ov_bf16",
     "fxvino",
     "fxvino_bf16",
+    "fxvino_autocast_bf16",
 )
 NUM_THREADS = 2
 QUIET_CORES = 0.25  # other processes' CPU use (in cores) above which a timed loop is retried
@@ -272,7 +273,9 @@ def setup(backend: str, model, args, ov_path: str, info: dict) -> tuple[Callable
     if backend.startswith("fxvino"):
         import fxvino  # noqa: F401  (the entry point also registers it; importing is explicit)
 
-        compiled = torch.compile(model, backend="fxvino", options={"precision": precision})
+        # fxvino_autocast_bf16: default options, bf16 from torch.autocast around the call.
+        options = {} if "autocast" in backend else {"precision": precision}
+        compiled = torch.compile(model, backend="fxvino", options=options)
         hooks["fxvino"] = True
         return (lambda: compiled(*args)), hooks
 
@@ -284,7 +287,7 @@ def call_context(backend: str) -> contextlib.ExitStack:
 
     stack = contextlib.ExitStack()
     stack.enter_context(torch.no_grad())
-    if backend == "inductor_freeze_bf16":
+    if backend in ("inductor_freeze_bf16", "fxvino_autocast_bf16"):
         stack.enter_context(torch.autocast("cpu", dtype=torch.bfloat16))
     return stack
 
