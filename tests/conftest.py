@@ -9,9 +9,9 @@ import torch
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
-# The OpInfo conformance suite runs when asked for (FXVINO_CONFORMANCE=slice|full): its
-# expected-failure table must be regenerated against the current lowerings before CI runs it.
-collect_ignore = [] if os.environ.get("FXVINO_CONFORMANCE") else ["conformance"]
+# The OpInfo conformance suite (tests/conformance) runs its float32 slice with everything else;
+# FXVINO_CONFORMANCE=full runs all of it, FXVINO_CONFORMANCE=off leaves it out (a quick local run).
+collect_ignore = ["conformance"] if os.environ.get("FXVINO_CONFORMANCE", "").strip().lower() == "off" else []
 
 
 @pytest.fixture(autouse=True)

@@ -10,6 +10,8 @@ import torch
 
 
 def _ops(args: argparse.Namespace) -> int:
+    if args.markdown:
+        return _ops_markdown(args)
     from fxvino.lowering import ensure_registered
     from fxvino.lowering.registry import REGISTRY, op_name
 
@@ -37,6 +39,22 @@ def _ops(args: argparse.Namespace) -> int:
     )
     if args.missing:
         print("\n".join(f"  {m}" for m in missing))
+    return 0
+
+
+def _ops_markdown(args: argparse.Namespace) -> int:
+    """docs/ops.md: one row per op from the registry and the last conformance run's summary."""
+    from pathlib import Path
+
+    from fxvino import coverage
+
+    summary = Path(args.conformance) if args.conformance else coverage.DEFAULT_SUMMARY
+    if not summary.exists():
+        raise SystemExit(f"{summary}: no conformance summary (FXVINO_CONFORMANCE_SUMMARY, tests/conformance/README.md)")
+    cases, about = coverage.load_summary(summary), coverage.summary_about(summary)
+    rows = coverage.ops_rows(cases, coverage.dynamic_ops())
+    Path(args.markdown).write_text(coverage.markdown(rows, cases, about))
+    print(f"wrote {args.markdown}: {len(rows)} ops")
     return 0
 
 
@@ -99,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("ops", help="list the lowered ops by family and the Core ATen coverage")
     p.add_argument("--missing", action="store_true", help="also list the Core ATen ops not lowered yet")
+    p.add_argument("--markdown", metavar="PATH", help="write the per-op coverage table (docs/ops.md) instead")
+    p.add_argument("--conformance", metavar="JSON", help="conformance summary to read (default: docs/conformance.json)")
     p.set_defaults(fn=_ops)
     from fxvino.zoo import MODELS
 

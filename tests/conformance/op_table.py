@@ -31,6 +31,7 @@ import torch
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.opinfo.core import OpInfo
 
+from . import xfails_generated as _generated
 from .harness import Comparator, TieTolerantSort
 from .xfails_generated import ATEN_OPS, GENERATED_SKIPS, GENERATED_XFAILS
 
@@ -148,7 +149,13 @@ COMPARATORS: dict[OpKey, tuple[Comparator, str]] = {
 
 # Per-op tolerances, (atol, rtol, why): only where OpenVINO's approximation is legitimately
 # coarser than PyTorch's; keyed by (name, variant, dtype).
-TOLERANCES: dict[CaseKey, tuple[float, float, str]] = {}
+TOLERANCES: dict[CaseKey, tuple[float, float, str]] = {
+    ("log_softmax", "with_dtype", "float32"): (
+        1.3e-6,
+        1e-5,
+        "float64 output: OpenVINO's CPU plugin computes float64 in float32, so float32's default tolerances apply",
+    ),
+}
 
 # Hand-written expected failures; they override generated ones.
 MANUAL_XFAILS: dict[CaseKey, str] = {}
@@ -280,6 +287,23 @@ def selected_cases() -> list[tuple[OpEntry, str]]:
             continue
         cases += [(entry, dt) for dt in dtypes if dt in entry.dtypes]
     return cases
+
+
+# For a generated xfail whose first failing sample was not the first one: the 1-based count of
+# judged samples at the failure. A run judging fewer samples does not reach it, so the case must
+# pass there (and is not marked xfail).
+XFAIL_FROM_SAMPLE: dict[CaseKey, int] = dict(getattr(_generated, "GENERATED_XFAIL_SAMPLE", {}))
+
+
+def expected_failure(key: CaseKey, samples: int | None = None) -> str | None:
+    """The xfail reason of ``key`` when a run judging ``samples`` samples reaches the failure."""
+    if key in MANUAL_XFAILS:
+        return MANUAL_XFAILS[key]
+    reason = GENERATED_XFAILS.get(key)
+    if reason is None:
+        return None
+    limit = max_samples() if samples is None else samples
+    return reason if XFAIL_FROM_SAMPLE.get(key, 1) <= limit else None
 
 
 def tolerance(key: CaseKey) -> tuple[float | None, float | None]:

@@ -15,7 +15,7 @@ and fails on the first sample where
 * Dynamo or the backend raises.
 
 Samples whose eager run raises are not judged; a case none of whose samples runs eagerly is
-skipped. Expected failures come from ``op_table.XFAILS`` (strict).
+skipped. Expected failures come from ``op_table.expected_failure`` (strict xfails).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from . import harness
 from .op_table import (
     DTYPES,
     SKIPS,
-    XFAILS,
     OpEntry,
+    expected_failure,
     max_samples,
     regenerating,
     selected_cases,
@@ -42,8 +42,9 @@ def _marks(entry: OpEntry, dtype: str) -> list[pytest.MarkDecorator]:
     key = (*entry.key, dtype)
     if key in SKIPS:
         return [pytest.mark.skip(reason=SKIPS[key])]
-    if key in XFAILS and not regenerating():
-        return [pytest.mark.xfail(reason=XFAILS[key], strict=True, raises=AssertionError)]
+    reason = expected_failure(key)
+    if reason is not None and not regenerating():
+        return [pytest.mark.xfail(reason=reason, strict=True, raises=AssertionError)]
     return []
 
 

@@ -1,0 +1,76 @@
+"""fxvino.coverage: per-op verdicts from OpInfo cases, and the committed summary's round trip."""
+
+from __future__ import annotations
+
+import json
+
+from fxvino import coverage
+from fxvino.coverage import FAILED, PASSED, SKIPPED, Case
+
+ADD, MUL, VIEW, NONZERO = "aten.add.Tensor", "aten.mul.Tensor", "aten.view.default", "aten.nonzero.default"
+
+
+def test_an_op_passes_when_a_case_passes_and_no_failure_names_it():
+    cases = [
+        Case("a", "float32", PASSED, "", (ADD, VIEW)),
+        Case("b", "float32", FAILED, f"[lowering-error] partition of 2 nodes: lowering view ({VIEW}) failed", (VIEW,)),
+        Case("c", "float32", FAILED, "[wrong-result] Tensor-likes are not close!", (MUL,)),
+        Case("d", "float32", FAILED, f"[declined] {NONZERO}: data-dependent output shape", (ADD, NONZERO)),
+        Case("e", "float32", SKIPPED, "", (MUL, ADD)),
+    ]
+    v = coverage.verdicts(cases)
+    assert v[ADD].passed and (v[ADD].cases, v[ADD].passing) == (2, 1)  # d names nonzero, not add
+    assert not v[VIEW].passed and v[VIEW].reason.startswith("b: [lowering-error]")  # passed in a, blamed in b
+    assert not v[MUL].passed and "no case using it passes" in v[MUL].reason  # skipped e is not judged
+    assert not v[NONZERO].passed
+    assert set(v) == {ADD, VIEW, MUL, NONZERO}
+    assert coverage.verdicts(cases, "int64") == {}
+
+
+def test_complex_dtype_declines_do_not_blame_the_op():
+    message = (
+        f"[declined] aten._fft_r2c.default: dtype torch.complex64 has no OpenVINO element type; "
+        f"declined: {VIEW}: dtype torch.complex64 has no OpenVINO element type; lowering-error: {ADD} failed"
+    )
+    assert coverage.blamed_ops(message) == {ADD}
+    cases = [Case("fft", "float32", FAILED, message, (VIEW, ADD)), Case("v", "float32", PASSED, "", (VIEW, ADD))]
+    v = coverage.verdicts(cases)
+    assert v[VIEW].passed and not v[ADD].passed
+
+
+def test_core_summary_counts_core_aten_ops_only():
+    cases = [
+        Case("a", "float32", PASSED, "", (ADD, "aten.linalg_vector_norm.default", "aten.not_an_op.x")),
+        Case("n", "float32", FAILED, f"[declined] {NONZERO}: data-dependent output shape", (NONZERO,)),
+    ]
+    passing, failing = coverage.core_aten_summary(cases)
+    assert [v.op for v in passing] == [ADD]  # linalg_vector_norm is not Core ATen
+    assert [v.op for v in failing] == [NONZERO]
+    lines = coverage.format_core_summary(cases)
+    assert lines[0].endswith("2; pass on OpenVINO: 1 (50.0%); not passing: 1")
+    assert lines[1].startswith(f"  {NONZERO} [declined on purpose]: n: [declined]")
+
+
+def test_summary_merges_by_opinfo_and_dtype(tmp_path):
+    path = tmp_path / "conformance.json"
+    coverage.merge_summary(
+        path,
+        [Case("a", "float32", PASSED, "", (ADD,)), Case("a", "int64", FAILED, "[x] y", (ADD, MUL))],
+        {"torch": "t"},
+    )
+    coverage.merge_summary(path, [Case("a", "int64", PASSED, "", (MUL,)), Case("b", "bool", SKIPPED, "", ())], {})
+    assert json.loads(path.read_text())["ops"] == [ADD, MUL]
+    assert coverage.load_summary(path) == [
+        Case("a", "float32", PASSED, "", (ADD,)),
+        Case("a", "int64", PASSED, "", (MUL,)),
+        Case("b", "bool", SKIPPED, "", ()),
+    ]
+
+
+def test_from_outcomes_falls_back_to_the_table_ops():
+    records = [
+        {"op": "x.v", "key": ["x", "v", "int64"], "dtype": "int64", "status": "xfailed", "message": "[m] z"},
+        {"op": "y", "key": ["y", "", "bool"], "dtype": "bool", "status": "passed", "message": "", "aten_ops": [MUL]},
+    ]
+    cases = coverage.from_outcomes(records, {("x", "v"): (VIEW, ADD)})
+    assert cases == [Case("x.v", "int64", FAILED, "[m] z", (ADD, VIEW)), Case("y", "bool", PASSED, "", (MUL,))]
