@@ -30,11 +30,13 @@ def _mlp(seed: int = 0, width: int = 32) -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(16, width), torch.nn.ReLU(), torch.nn.Linear(width, 8)).eval()
 
 
-def _run(model: torch.nn.Module, x: torch.Tensor, cache_dir: Path, **options) -> tuple[torch.Tensor, fxvino.Report]:
+def _run(
+    model: torch.nn.Module, x: torch.Tensor, cache_dir: Path, dynamic: bool | None = None, **options
+) -> tuple[torch.Tensor, fxvino.Report]:
     """Compile afresh (as a new process would: nothing compiled is left in memory) and call once."""
     fxvino.reset()
     opts = {"model_caching": True, "cache_dir": str(cache_dir), **options}
-    compiled = torch.compile(model, backend="fxvino", options=opts)
+    compiled = torch.compile(model, backend="fxvino", options=opts, dynamic=dynamic)
     with fxvino.collect_reports() as report, torch.no_grad():
         out = compiled(x)
     return out, report
@@ -164,7 +166,9 @@ _WRITER = textwrap.dedent(
     start = float(sys.argv[2])
     while time.time() < start:  # both writers start compiling at the same moment
         time.sleep(0.005)
-    c = torch.compile(model, backend="fxvino", options={"model_caching": True, "cache_dir": sys.argv[1]})
+    # dynamic=False: Dynamo's automatic-dynamic profile (kept on disk across processes) must
+    # not turn this into a dynamic graph in one process and a static one in another.
+    c = torch.compile(model, backend="fxvino", dynamic=False, options={"model_caching": True, "cache_dir": sys.argv[1]})
     with torch.no_grad():
         torch.testing.assert_close(c(x), model(x))
     st = cache.cache_for(sys.argv[1]).stats
@@ -193,7 +197,7 @@ def test_two_processes_writing_the_same_key_leave_a_valid_entry(tmp_path):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 512), torch.nn.ReLU(), torch.nn.Linear(512, 8)).eval()
     x = torch.randn(4, 16)
-    out, _ = _run(model, x, cache_dir)
+    out, _ = _run(model, x, cache_dir, dynamic=False)
     st = _stats(cache_dir)
     assert (st.hits, st.corrupt) == (1, 0), st
     with torch.no_grad():

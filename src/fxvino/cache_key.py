@@ -128,18 +128,40 @@ def _attr(gm: torch.fx.GraphModule, target: str) -> Any:
     return obj
 
 
-def partition_key(sub: torch.fx.GraphModule, constants: Mapping[int, torch.Tensor], options: Options) -> str:
-    """The cache key (64 hex digits) of one partition compiled with ``options``."""
+def graph_key(sub: torch.fx.GraphModule, options: Options) -> str:
+    """SHA-256 of everything but the constants' values: graph, placeholder meta, options,
+    versions. Cheap; it names the family of entries a lookup may start verifying early."""
     inner = {n.target: _attr(sub, n.target) for n in sub.graph.find_nodes(op="get_attr")}
-    named: list[tuple[str, torch.Tensor]] = [(f"arg{i}", constants[i]) for i in sorted(constants)]
-    named += [(f"attr:{k}", v) for k, v in sorted(inner.items()) if isinstance(v, torch.Tensor)]
-    digests = fingerprint_tensors(t for _, t in named)
     material = {
         "versions": _versions(),
         "options": options_material(options),
         "graph": graph_material(sub),
-        "constants": {name: d for (name, _), d in zip(named, digests, strict=True)},
+        "constant_names": sorted(k for k, v in inner.items() if isinstance(v, torch.Tensor)),
         "other_attrs": {k: repr(v) for k, v in sorted(inner.items()) if not isinstance(v, torch.Tensor)},
     }
     text = json.dumps(material, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def weights_key(sub: torch.fx.GraphModule, constants: Mapping[int, torch.Tensor]) -> str:
+    """SHA-256 over the fingerprints of every constant: frozen inputs by position, attributes by name."""
+    inner = {n.target: _attr(sub, n.target) for n in sub.graph.find_nodes(op="get_attr")}
+    named: list[tuple[str, torch.Tensor]] = [(f"arg{i}", constants[i]) for i in sorted(constants)]
+    named += [(f"attr:{k}", v) for k, v in sorted(inner.items()) if isinstance(v, torch.Tensor)]
+    digests = fingerprint_tensors(t for _, t in named)
+    text = json.dumps([[name, d] for (name, _), d in zip(named, digests, strict=True)], separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# A key is 32 hex digits (128 bits) of each part: the graph part is a file-name prefix shared by
+# the entries of one architecture, the weights part tells its checkpoints apart.
+PREFIX_LEN = 32
+
+
+def make_key(gkey: str, wkey: str) -> str:
+    return gkey[:PREFIX_LEN] + wkey[:PREFIX_LEN]
+
+
+def partition_key(sub: torch.fx.GraphModule, constants: Mapping[int, torch.Tensor], options: Options) -> str:
+    """The cache key (64 hex digits) of one partition compiled with ``options``."""
+    return make_key(graph_key(sub, options), weights_key(sub, constants))
