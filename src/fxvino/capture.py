@@ -154,13 +154,27 @@ def _compile_aten(
         publish(report)
         return make_boxed_func(gm)
     publish(report)
-    if not frozen:
-        return make_boxed_func(runner)
+    return _boxed_call(runner, None if not frozen else live)
 
-    def run(*args: Any) -> Any:
-        return runner(*[args[i] for i in live])
 
-    return make_boxed_func(run)
+def _boxed_call(runner: torch.fx.GraphModule, live: list[int] | None) -> Callable:
+    """The compiled graph as AOTAutograd calls it (one list of arguments), in as few Python
+    frames as possible: each costs on every call of the model."""
+    if isinstance(runner, _LazyGraphModule):
+        runner.real_recompile()
+    forward = runner.forward  # the generated code itself, without nn.Module's call machinery
+
+    if live is None:
+
+        def run(args: list[Any]) -> Any:
+            return forward(*args)
+    else:
+
+        def run(args: list[Any]) -> Any:
+            return forward(*[args[i] for i in live])
+
+    run._boxed_call = True  # type: ignore[attr-defined]  # what make_boxed_func marks
+    return run
 
 
 def _backward_in_pytorch(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, next_id) -> Callable:
