@@ -122,3 +122,24 @@ def test_copied_in_partition_survives_a_mismatched_call():
         part(torch.randn(9))
     torch.testing.assert_close(part(x)[0], torch.relu(x) + 1)
     torch.testing.assert_close(fn(x * 3), torch.relu(x * 3) + 1)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_compiling_pauses_the_garbage_collector_and_restores_it(enabled):
+    import gc
+
+    seen = []
+    fn = torch.compile(lambda x: x.sin() + 1, backend="fxvino")
+
+    import fxvino.capture as capture
+
+    original = capture.partition_and_compile
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(capture, "partition_and_compile", lambda gm, *a: seen.append(gc.isenabled()) or original(gm, *a))
+        (gc.enable if enabled else gc.disable)()
+        try:
+            fn(torch.ones(3))
+            assert gc.isenabled() is enabled
+        finally:
+            gc.enable()
+    assert seen == [False]

@@ -7,11 +7,13 @@ splits training graphs into forward and backward. The compilers get the options 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
+import gc
 import itertools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -83,6 +85,24 @@ def _decomposition_table(extra: tuple[torch._ops.OpOverload, ...]) -> dict[torch
     return table
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Hold off Python's cyclic garbage collector while a graph is compiled.
+
+    Tracing leaves about a million objects alive, so each full collection that the compile's
+    allocations trigger scans all of them: three or four such collections cost 1-4 s of a
+    BERT-base cold start on this machine (lowering alone went from 0.1 s to 0.7 s). The garbage
+    is still collected, by the first collection after the compile.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def _graph_names() -> Callable[[], str]:
     """Names for the AOT graphs of one Dynamo graph: Dynamo's compile id ("frame/recompile")
     plus a suffix per graph (forward, backward), deterministic across processes."""
@@ -118,7 +138,8 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
         decompositions=decomposition_table(options),
     )
     try:
-        return backend(gm, example_inputs)
+        with _gc_paused():
+            return backend(gm, example_inputs)
     except _DYNAMO_CONTROL_FLOW:
         raise  # Dynamo restarts or skips the frame itself; these are not failures
     except Exception as e:  # noqa: BLE001 - a model that runs eagerly must not crash
