@@ -337,6 +337,20 @@ SYMBOLIC_CASES: list[Case] = [
         "prims.convert_element_type.default", lambda x: x * x.shape[0] ** 0.5, lambda n: (torch.randn(n, 2),), "sym_pow"
     ),
     Case("aten.mul.Tensor", lambda x, k: x * k + k, lambda n: (torch.randn(n), n + 3), "int_argument"),
+    Case(
+        "sym_sum",
+        lambda x, k: F.layer_norm(x[:, k:], x[:, k:].shape[-1:]),
+        lambda n: (torch.randn(2, n + 3), n // 4 + 2),
+        "sym_sum_slice_start",
+    ),
+    Case(
+        "aten.slice.Tensor",
+        lambda x, k: x[::k] * 2,
+        lambda n: (torch.randn(n, 2), n // 4 + 2),
+        "int_argument_slice_step",
+        xfail="shape_ops.slice_ builds the step with h.const([step]): a symbolic step (an int argument "
+        "under dynamic=True) fails with 'int() argument must be ... not Output'; h.i64([step]) would do",
+    ),
     Case("aten.view.default", lambda x, k: x.view(k, -1) * 2, lambda n: (torch.randn(n * 4), n), "int_argument_view"),
 ]
 

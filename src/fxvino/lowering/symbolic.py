@@ -95,6 +95,16 @@ def sym_float(ctx, node, a):
     return h.cast(a, torch.float64)
 
 
+@lowers(torch.sym_sum, validator=_symnum)
+def sym_sum(ctx, node, values):
+    # Dynamo emits it for sums of several sizes (e.g. a slice's length with a symbolic start).
+    dtype = _kind(node)
+    total = h.cast(values[0], dtype)
+    for v in values[1:]:
+        total = ops.add(total, h.cast(v, dtype)).output(0)
+    return total
+
+
 @lowers(torch.sym_max, validator=_symnum)
 def sym_max(ctx, node, a, b):
     return ops.maximum(*_nums(node, a, b)).output(0)
