@@ -96,7 +96,9 @@ def build(name: str):
 
         torch.manual_seed(0)
         return Probe().eval(), (torch.randn(16),)
-    return _load_zoo().build(name)
+    # Every backend runs the same module; transformers models as ids -> last_hidden_state with
+    # an all-ones mask and no KV cache, the form ov.convert_model can trace (zoo.comparable).
+    return _load_zoo().comparable(name)
 
 
 def to_tensor(out: Any):
