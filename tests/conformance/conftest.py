@@ -7,7 +7,10 @@
   line of their error, cases that ran and passed (or were skipped) are dropped, cases that did
   not run this session keep their old entry. float32 runs also refresh ``ATEN_OPS``, which
   decides the slice.
-* ``FXVINO_CONFORMANCE_JSON=path`` writes every case's outcome as JSON.
+* ``FXVINO_CONFORMANCE_JSON=path`` writes every case's outcome as JSON;
+  ``FXVINO_CONFORMANCE_SUMMARY=path`` merges them into the compact summary ``fxvino ops``
+  reads (``docs/conformance.json``). The summary also prints the per-Core-ATen-op pass rate
+  (``fxvino.coverage``), the number the suite exists to prove.
 """
 
 from __future__ import annotations

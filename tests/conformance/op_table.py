@@ -165,10 +165,6 @@ MANUAL_XFAILS: dict[CaseKey, str] = {}
 _SEGFAULT = "segfaults the test process in OpenVINO compile_model ({}); remove once fixed and check with -k"
 _CRASHERS: dict[OpKey, str] = {
     ("expand_as", ""): _SEGFAULT.format("0-d tensor expanded to shape ()"),
-    ("nn.functional.avg_pool1d", ""): _SEGFAULT.format("aten.avg_pool2d with padding left at its default"),
-    ("nn.functional.avg_pool2d", ""): _SEGFAULT.format("aten.avg_pool2d, e.g. F.avg_pool2d(x[2,3,8,9], 3)"),
-    ("nn.functional.avg_pool3d", ""): _SEGFAULT.format("aten.avg_pool3d with padding left at its default"),
-    ("nn.functional.local_response_norm", ""): _SEGFAULT.format("decomposes to aten.avg_pool2d/3d"),
     ("nn.functional.pdist", ""): (
         "SIGFPE (integer division by zero) in OpenVINO compile_model for aten._pdist_forward on a "
         "(1, 1) input, i.e. zero pairs; remove once fixed and check with -k"

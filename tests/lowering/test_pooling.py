@@ -48,3 +48,32 @@ def test_adaptive_max_pool2d_values_and_indices(shape, size):
     torch.testing.assert_close(indices, expected_indices)
     assert_all_on_openvino(report)
     assert report.ov_ops["aten.adaptive_max_pool2d.default"] == 1, str(report)
+
+
+@pytest.mark.parametrize(
+    "fn, shape",
+    [
+        # count_include_pad: the zero padding counts, a ceil_mode window's overhang past it does not
+        (lambda x: F.avg_pool1d(x, 6, stride=3, padding=2, ceil_mode=True, count_include_pad=True), (1, 3, 9)),
+        (lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, ceil_mode=True), (2, 3, 8, 9)),
+        (lambda x: F.avg_pool2d(x, (4, 4), (2, 3), 1, True, False, 2), (1, 3, 9, 9)),  # divisor_override, ceil
+        (lambda x: F.avg_pool2d(x, (6, 6), (3, 3), (2, 3), True, True, 2), (1, 3, 9, 9)),
+        (lambda x: F.avg_pool3d(x, 3, stride=2, padding=1, ceil_mode=True, divisor_override=5), (1, 2, 5, 6, 7)),
+        (lambda x: F.avg_pool2d(x, 3, stride=2, padding=1), (3, 8, 9)),  # unbatched (C, H, W)
+        (lambda x: F.avg_pool1d(x, 3, ceil_mode=True, count_include_pad=False), (2, 3, 10)),
+    ],
+)
+def test_avg_pool(fn, shape):
+    x = torch.randn(shape)
+    out, report = run_fxvino(fn, x, fullgraph=True)
+    torch.testing.assert_close(out, fn(x))
+    assert_all_on_openvino(report)
+    assert sum(n for op, n in report.ov_ops.items() if op.startswith("aten.avg_pool")) == 1, str(report)
+
+
+def test_avg_pool_zero_batch():
+    fn = lambda x: F.avg_pool1d(x, 6, stride=3, padding=2) * 2  # noqa: E731
+    x = torch.randn(0, 3, 9)
+    out, report = run_fxvino(fn, x, fullgraph=True)
+    assert out.shape == fn(x).shape
+    assert_all_on_openvino(report)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import openvino as ov
 import openvino.opset16 as ops
 import torch
@@ -44,29 +46,67 @@ def max_pool_with_indices(ctx, node, x, kernel_size, stride=(), padding=0, dilat
     return (pool.output(0), pool.output(1))
 
 
+_AVG_SPATIAL = {aten.avg_pool1d.default: 1, aten.avg_pool2d.default: 2, aten.avg_pool3d.default: 3}
+
+
+def _static_spatial(node: torch.fx.Node) -> tuple[list[int], list[int]] | None:
+    """(input, output) spatial sizes when both are static."""
+    out = list(h.meta(node).shape)
+    spatial = _AVG_SPATIAL[node.target]
+    inp = list(h.meta(node.args[0]).shape)[-spatial:]
+    sizes = inp + out[-spatial:]
+    return (inp, out[-spatial:]) if all(isinstance(s, int) for s in sizes) else None
+
+
 def _avgpool_ok(node: torch.fx.Node) -> str | None:
     override = node.args[6] if len(node.args) > 6 else node.kwargs.get("divisor_override")
-    return "divisor_override is not lowered" if override is not None else None
+    if override and _static_spatial(node) is None:
+        return "divisor_override needs static spatial sizes"
+    return None
 
 
 @lowers(aten.avg_pool2d.default, aten.avg_pool3d.default, aten.avg_pool1d.default, validator=_avgpool_ok)
 def avg_pool(
     ctx, node, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None
 ):
-    spatial = h.rank(x) - 2
+    spatial = _AVG_SPATIAL[node.target]
     kernel = _expand(kernel_size, spatial)
     stride = _expand(stride, spatial, kernel)
     padding = _expand(padding if isinstance(padding, (list, tuple)) else [padding], spatial)
-    return ops.avg_pool(
-        x,
-        stride,
-        padding,
-        padding,
-        kernel,
-        not count_include_pad,
-        rounding_type="ceil_torch" if ceil_mode else "floor",
-        dilations=[1] * spatial,  # omitting them crashes compile_model (opset16 AvgPool)
-    ).output(0)
+    shape = list(h.meta(node).shape)
+    if 0 in shape and all(isinstance(s, int) for s in shape):
+        # Nothing to average (AvgPool rejects a zero batch): an empty tensor of the shape.
+        return ops.broadcast(h.cast_like(0, x), h.as_shape(shape)).output(0)
+    x, unbatched = _batched(x, kernel)
+    out = _avg_pool(node, x, spatial, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    return h.squeeze(out, 0) if unbatched else out
+
+
+def _avg_pool(node, x, spatial, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
+
+    def pool(x, pads, exclude_pad, ceil=ceil_mode):
+        rounding = "ceil_torch" if ceil else "floor"
+        # Explicit dilations: omitting them crashes compile_model (opset16 AvgPool).
+        return ops.avg_pool(x, stride, pads, pads, kernel, exclude_pad, rounding, dilations=[1] * spatial).output(0)
+
+    if not count_include_pad and divisor_override is None:
+        return pool(x, padding, True)
+    begins = h.const([0, 0, *padding], torch.int64)
+    if divisor_override is None:
+        # PyTorch counts the zero padding but not a ceil_mode window's overhang past it: pad
+        # explicitly and let AvgPool exclude only the overhang.
+        x = ops.pad(x, begins, begins, "constant", h.cast_like(0, x)).output(0)
+        return pool(x, [0] * spatial, True)
+    # The window sums over divisor_override. Zero-pad far enough that no window overhangs, so
+    # the mean of every window is its sum over the kernel size.
+    inp, out = _static_spatial(node) or ([], [])
+    extra = [
+        max(0, (o - 1) * s + k - (i + 2 * p)) for i, o, s, k, p in zip(inp, out, stride, kernel, padding, strict=True)
+    ]
+    ends = h.const([0, 0, *(p + e for p, e in zip(padding, extra, strict=True))], torch.int64)
+    x = ops.pad(x, begins, ends, "constant", h.cast_like(0, x)).output(0)
+    mean = pool(x, [0] * spatial, False, ceil=False)
+    return ops.multiply(mean, h.cast_like(math.prod(kernel) / divisor_override, x)).output(0)
 
 
 def _batched(x, output_size) -> tuple[ov.Output, bool]:
