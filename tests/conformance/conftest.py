@@ -124,9 +124,12 @@ def _memoized_decomposition_table() -> Any:
         capture.decomposition_table = original
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(autouse=True)
 def _no_constant_folding() -> Any:
     """Judge the lowerings: keep fxvino from evaluating constant-only ops in PyTorch at compile time.
+
+    Per test, not per session: a session fixture would stay active for the tests collected
+    after this directory (``make test`` runs them all in one process).
 
     ``capture.fold_constants`` (an optimisation) computes ops whose inputs are all constants
     once, in PyTorch. Many OpInfo samples have no tensor input at all (``arange``, ``full``,
