@@ -144,3 +144,29 @@ def test_folded_constants_never_alias_outputs():
         first.add_(100)
         _, second = compiled(torch.ones(4))
     torch.testing.assert_close(second, torch.arange(4.0) + 1)
+
+
+def test_autocast_conv_batchnorm_fuses_on_openvino():
+    """Under autocast the convolution is bf16 and batch norm keeps f32 statistics: the lowering
+    must still give OpenVINO one type (it used to fail and fall back to Inductor) and let the
+    plugin fold the normalisation into the convolution."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 1)
+    ).eval()
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-1, 1)
+        model[1].running_var.uniform_(0.5, 2)
+    x = torch.randn(1, 3, 16, 16)
+    compiled = torch.compile(model, backend="fxvino")
+    from fxvino import collect_reports
+
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = model(x)
+        with collect_reports() as report:
+            got = compiled(x)
+    assert_all_on_openvino(report)
+    torch.testing.assert_close(got.float(), expected.float(), atol=0.1, rtol=0.05)
+    part = report.graphs[0].ov_partitions[0].compiled
+    assert graph_quality.constant_work(part) == []
+    assert graph_quality.runtime_ops(part)["Convolution"] == 2

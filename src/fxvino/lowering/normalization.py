@@ -47,9 +47,14 @@ def batch_norm_inference(ctx, node, x, weight, bias, running_mean, running_var, 
     zeros = ops.broadcast(h.const(0, dtype), h.unsqueeze(c, 0))
     w = weight if weight is not None else ones.output(0)
     b = bias if bias is not None else zeros.output(0)
-    y = ops.batch_norm_inference(x, w, b, running_mean, running_var, float(eps)).output(0)
+    # Mixed precision (autocast: bf16 activations, f32 statistics): BatchNormInference wants one
+    # type. The statistics take the activations' type, as native bf16 inference does, so the
+    # plugin still folds the normalisation into the preceding convolution (computing in f32
+    # instead left ~100 per-call constant reorders in ResNet-50 and no fusion).
+    operands = [h.cast(v, h.dtype_of(x)) for v in (w, b, running_mean, running_var)]
+    y = ops.batch_norm_inference(x, *operands, float(eps)).output(0)
     empty = h.const([], dtype)
-    return (y, empty, empty)
+    return (h.cast(y, dtype), empty, empty)
 
 
 @lowers(aten.native_group_norm.default)
