@@ -10,6 +10,7 @@ torch tensors, so a result never changes when the model runs again.
 
 from __future__ import annotations
 
+import math
 import queue
 from collections.abc import Sequence
 from typing import Any
@@ -70,7 +71,7 @@ class CompiledPartition:
             shape = port.get_partial_shape()
             if spec.kind != "tensor" or not shape.is_static or port.get_element_type() not in OV_TO_TORCH:
                 continue
-            nbytes = port.get_element_type().size * _numel(shape.to_shape())
+            nbytes = port.get_element_type().size * math.prod(int(d) for d in shape.to_shape())
             if nbytes <= COPY_IN_BYTES:
                 self._copy_in.append((i, OV_TO_TORCH[port.get_element_type()]))
         self._static_out = frozenset(i for i, port in enumerate(compiled.outputs) if port.get_partial_shape().is_static)
@@ -112,13 +113,6 @@ class CompiledPartition:
             if rebound:  # its views no longer show what OpenVINO reads: start afresh
                 slot = self._new_request()
             self._pool.put(slot)
-
-
-def _numel(shape: ov.Shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
 
 
 def _take(slot: _Request, spec: OutputSpec) -> Any:
