@@ -30,6 +30,12 @@ _infer = getattr(getattr(ov, "_pyopenvino", None), "InferRequest", ov.InferReque
 _NO_INPUTS: dict = {}
 
 
+def draw_seed() -> torch.Tensor:
+    """Two random i32 from torch's default generator: graphs drawing random numbers get a fresh
+    seed per call, so ``torch.manual_seed`` makes them reproducible (lowering/random.py)."""
+    return torch.randint(-(2**31), 2**31 - 1, (2,), dtype=torch.int32)
+
+
 def _torch_view(tensor: ov.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     """A torch tensor over an OpenVINO tensor's memory (no copy)."""
     view = torch.from_numpy(tensor.data)
@@ -69,7 +75,7 @@ class CompiledPartition:
         self._copy_in: list[tuple[int, torch.dtype]] = []
         for i, (spec, port) in enumerate(zip(self.inputs, compiled.inputs, strict=True)):
             shape = port.get_partial_shape()
-            if spec.kind != "tensor" or not shape.is_static or port.get_element_type() not in OV_TO_TORCH:
+            if spec.kind not in ("tensor", "seed") or not shape.is_static or port.get_element_type() not in OV_TO_TORCH:
                 continue
             nbytes = port.get_element_type().size * math.prod(int(d) for d in shape.to_shape())
             if nbytes <= COPY_IN_BYTES:
@@ -93,18 +99,21 @@ class CompiledPartition:
         rebound = False  # a buffer we copy into was replaced by a bound tensor
         try:
             for i, spec in enumerate(self.inputs):
-                a = args[spec.position]
-                if spec.kind != "tensor":
-                    a = torch.tensor(int(a))
+                kind = spec.kind
+                if kind == "tensor":
+                    a = args[spec.position]
+                elif kind == "seed":
+                    a = draw_seed()
                 else:
-                    view = slot.inputs.get(i)
-                    if view is not None:
-                        if a.dtype == view.dtype and a.shape == view.shape:
-                            view.copy_(a)
-                            continue
-                        rebound = True
-                    if not a.is_contiguous():
-                        a = a.contiguous()
+                    a = torch.tensor(int(args[spec.position]))
+                view = slot.inputs.get(i)
+                if view is not None:
+                    if a.dtype == view.dtype and a.shape == view.shape:
+                        view.copy_(a)
+                        continue
+                    rebound = True
+                if not a.is_contiguous():
+                    a = a.contiguous()
                 alive.append(a)
                 request.set_input_tensor(i, to_ov_tensor(a))
             _infer(request, _NO_INPUTS, True, False)  # inputs are set; results are read below

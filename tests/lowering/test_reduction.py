@@ -1,4 +1,4 @@
-"""var / std with too few elements for the correction: nan, as in PyTorch."""
+"""Reductions against eager: var / std with too few elements (nan, as in PyTorch), vector norms."""
 
 from __future__ import annotations
 
@@ -21,4 +21,26 @@ def test_var_std_few_elements(fn, shape):
     x = torch.randn(shape)
     out, report = run_fxvino(fn, x, fullgraph=True)
     torch.testing.assert_close(out, fn(x), equal_nan=True)
+    assert_all_on_openvino(report)
+
+
+@pytest.mark.parametrize("ord", [2, 1, 0, float("inf"), float("-inf"), 3, 0.5])
+@pytest.mark.parametrize("dim, keepdim", [(None, False), (1, True), ((0, 2), False)])
+def test_vector_norm(ord, dim, keepdim):
+    x = torch.randn(4, 5, 6)
+    x[0, 0, :3] = 0  # ord 0 counts non-zeros
+
+    def fn(x):
+        return torch.linalg.vector_norm(x, ord, dim, keepdim)
+
+    out, report = run_fxvino(fn, x, fullgraph=True)
+    torch.testing.assert_close(out, fn(x))
+    assert_all_on_openvino(report)
+    assert report.ov_ops["aten.linalg_vector_norm.default"] == 1
+
+
+def test_normalize_runs_on_openvino():
+    x = torch.randn(3, 7)
+    out, report = run_fxvino(lambda x: torch.nn.functional.normalize(x, dim=-1), x, fullgraph=True)
+    torch.testing.assert_close(out, torch.nn.functional.normalize(x, dim=-1))
     assert_all_on_openvino(report)

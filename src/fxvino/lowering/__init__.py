@@ -23,6 +23,7 @@ FAMILIES = (
     "padding",
     "resample",
     "backward",
+    "random",
     "declined",
 )
 

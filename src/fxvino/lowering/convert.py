@@ -35,10 +35,10 @@ class LoweringError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class InputSpec:
-    """One runtime input of the OpenVINO model: a tensor, or a symbolic int fed as i64."""
+    """One runtime input of the OpenVINO model: a tensor, a symbolic int fed as i64, or a seed."""
 
-    kind: str  # "tensor" | "symint"
-    position: int  # index into the partition's runtime arguments
+    kind: str  # "tensor" | "symint" | "seed" (random bits for this call, see lowering/random.py)
+    position: int  # index into the partition's runtime arguments (-1 for "seed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +64,18 @@ class LoweringContext:
 
     name: str
     env: dict[torch.fx.Node, Any] = dataclasses.field(default_factory=dict)
+    seed: ov.Node | None = None  # the per-call seed input, made when a lowering first draws
+    streams: int = 0  # random streams handed out so far: each draw gets its own
+
+    def random_seed(self) -> ov.Output:
+        """This call's seed (two i32), an extra model input the runtime fills (``InputSpec("seed")``)."""
+        if self.seed is None:
+            self.seed = ops.parameter(ov.PartialShape([2]), ov.Type.i32, name="fxvino_seed")
+        return self.seed.output(0)
+
+    def new_stream(self) -> int:
+        self.streams += 1
+        return self.streams - 1
 
 
 def _sym_key(v: Any) -> str | None:
@@ -142,6 +154,9 @@ def lower_graph(gm: torch.fx.GraphModule, constants: Mapping[int, torch.Tensor],
             outputs = [_result(a, results, ctx.env) for a in _flat(node.args[0])]
         elif node.op != "placeholder":
             raise LoweringError(node, f"unsupported FX node kind {node.op}")
+    if ctx.seed is not None:  # drawn by the runtime on each call; it has no placeholder
+        params.append(ctx.seed)
+        inputs.append(InputSpec("seed", -1))
     model = ov.Model(results, params, name)
     return LoweredGraph(model, inputs, outputs, runtime_positions, counts)
 

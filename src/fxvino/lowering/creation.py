@@ -41,7 +41,7 @@ def zeros_ones(ctx, node, size, **kwargs):
 
 
 # torch leaves empty tensors uninitialised; zeros are one valid reading of that memory.
-@lowers(aten.empty.memory_format, aten.empty_strided.default)
+@lowers(aten.empty.memory_format, aten.empty_strided.default, aten.empty_permuted.default)
 def empty(ctx, node, size, *args, **kwargs):
     return ops.broadcast(h.const(0, h.out_dtype(node)), h.as_shape(size)).output(0)
 

@@ -9,11 +9,8 @@ from fxvino.lowering.registry import declines
 aten = torch.ops.aten
 
 declines(
-    aten.rand.default,
-    aten.randn.default,
     aten.randperm.default,
-    aten.native_dropout.default,
-    reason="random numbers: OpenVINO cannot reproduce PyTorch's generator streams",
+    reason="a random permutation needs a sort of random keys per call (rand, randn and dropout are lowered)",
 )
 declines(
     aten.nonzero.default,

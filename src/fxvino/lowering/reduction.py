@@ -95,3 +95,27 @@ def var(ctx, node, x, dim=None, unbiased=None, keepdim=False, *, correction=None
     # torch divides by max(N - correction, 0): too few elements give 0/0 = nan (not a negative count).
     denom = ops.maximum(denom, h.const(0, h.out_dtype(node)))
     return ops.divide(sq, denom).output(0)
+
+
+@lowers(aten.linalg_vector_norm.default)
+def linalg_vector_norm(ctx, node, x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    """The p-norm over ``dim``: L1/L2 map to ReduceL1/ReduceL2, +-inf to max/min of |x|,
+    0 to the count of non-zeros, any other p to sum(|x|^p)^(1/p)."""
+    x = ops.abs(h.cast(x, h.out_dtype(node))).output(0)
+    zero = h.cast_like(h.const(0.0, torch.float32), x)
+    if ord == 0:
+        x = h.cast_like(ops.not_equal(x, zero).output(0), x)
+    if _scalar_input(x):
+        return x
+    axes = _axes(x, dim)
+    if ord == 2:
+        return ops.reduce_l2(x, axes, keepdim).output(0)
+    if ord in (0, 1):
+        return ops.reduce_sum(x, axes, keepdim).output(0)
+    if ord == float("inf"):
+        return ops.reduce_max(x, axes, keepdim).output(0)
+    if ord == float("-inf"):
+        return ops.reduce_min(x, axes, keepdim).output(0)
+    p = h.cast_like(h.const(float(ord), torch.float32), x)
+    powered = ops.reduce_sum(ops.power(x, p), axes, keepdim)
+    return ops.power(powered, ops.divide(h.cast_like(h.const(1.0, torch.float32), x), p)).output(0)
