@@ -143,3 +143,67 @@ def test_compiling_pauses_the_garbage_collector_and_restores_it(enabled):
         finally:
             gc.enable()
     assert seen == [False]
+
+
+def _aot_wrapper_ran(fn, *args) -> bool:
+    """Whether a call of ``fn`` went through AOTAutograd's runtime wrapper (profiled frames)."""
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "runtime_wrapper":
+            seen.append(frame.f_code.co_filename)
+
+    import sys
+
+    sys.setprofile(profile)
+    try:
+        fn(*args)
+    finally:
+        sys.setprofile(None)
+    return bool(seen)
+
+
+def test_inference_skips_idle_aot_wrappers_with_frozen_weights():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()
+    compiled = torch.compile(model, backend="fxvino")
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+        assert not _aot_wrapper_ran(compiled, x)
+        torch.testing.assert_close(compiled(x + 1), model(x + 1))
+
+
+def _mutates(x):
+    x.add_(1)
+    return x * 2
+
+
+def _aliases(x):
+    return x.view(-1), torch.relu(x)
+
+
+@pytest.mark.parametrize("fn", [_mutates, _aliases], ids=["input mutation", "output aliases input"])
+def test_aot_wrappers_kept_when_they_have_work(fn):
+    compiled = torch.compile(fn, backend="fxvino")
+    x, ref_x = torch.randn(2, 3), None
+    ref_x = x.clone()
+    with torch.no_grad():
+        out = compiled(x)
+        ref = fn(ref_x)
+        assert _aot_wrapper_ran(compiled, x.clone())
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(x, ref_x)  # the mutation reached the caller's tensor
+    if fn is _aliases:
+        assert out[0].data_ptr() == x.data_ptr()
+
+
+def test_aot_wrappers_kept_with_grad_or_autocast():
+    model = torch.nn.Linear(8, 8)
+    compiled = torch.compile(model, backend="fxvino")
+    x = torch.randn(2, 8)
+    out = compiled(x)
+    assert out.requires_grad and _aot_wrapper_ran(compiled, x)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert compiled(x).dtype == torch.bfloat16
+        assert _aot_wrapper_ran(compiled, x)

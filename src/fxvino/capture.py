@@ -125,8 +125,12 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
         for i, t in enumerate(example_inputs)
         if isinstance(t, torch.Tensor) and get_static_address_type(t) is not None
     }
+    # Decided here, in the caller's state: AOTAutograd compiles with autocast (and grad) off.
+    plain_call = not (torch.is_grad_enabled() or torch._C._is_any_autocast_enabled())
+    plain_call = plain_call and not any(isinstance(a, (list, tuple, dict)) for a in example_inputs)
     graph_id = _graph_names()
-    compile_fn = functools.partial(_compile_aten, options=options, static=static, next_id=graph_id)
+    direct: list[tuple[Callable, int]] = []  # (inference graph, its arity) if AOTAutograd's wrappers are idle
+    compile_fn = functools.partial(_compile_aten, options=options, static=static, next_id=graph_id, direct=direct)
     if options.aot_autograd:
         bw = functools.partial(compile_fn, kind="backward")
     else:
@@ -139,7 +143,11 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
     )
     try:
         with _gc_paused():
-            return backend(gm, example_inputs)
+            compiled = backend(gm, example_inputs)
+        # Only when the graph takes Dynamo's own arguments: no lifted parameters, no deduplication.
+        if direct and direct[0][1] == len(example_inputs) and plain_call:
+            return direct[0][0]
+        return compiled
     except _DYNAMO_CONTROL_FLOW:
         raise  # Dynamo restarts or skips the frame itself; these are not failures
     except Exception as e:  # noqa: BLE001 - a model that runs eagerly must not crash
@@ -157,6 +165,7 @@ def _compile_aten(
     static: dict[int, torch.Tensor],
     next_id: Callable[[], str],
     kind: str,
+    direct: list[tuple[Callable, int]] | None = None,
 ) -> Callable:
     report = GraphReport(next_id(), kind)
     frozen = _frozen_inputs(gm, static) if kind == "inference" else {}
@@ -175,15 +184,23 @@ def _compile_aten(
         publish(report)
         return make_boxed_func(gm)
     publish(report)
-    return _boxed_call(runner, None if not frozen else live)
+    boxed = _boxed_call(runner, None if not frozen else live)
+    if direct is not None and kind == "inference" and _runtime_wrappers_idle(example_inputs):
+        direct.append((_unboxed_call(runner, None if not frozen else live), len(example_inputs)))
+    return boxed
+
+
+def _graph_forward(runner: torch.fx.GraphModule) -> Callable:
+    """The generated code itself, without nn.Module's call machinery."""
+    if isinstance(runner, _LazyGraphModule):
+        runner.real_recompile()
+    return runner.forward
 
 
 def _boxed_call(runner: torch.fx.GraphModule, live: list[int] | None) -> Callable:
     """The compiled graph as AOTAutograd calls it (one list of arguments), in as few Python
     frames as possible: each costs on every call of the model."""
-    if isinstance(runner, _LazyGraphModule):
-        runner.real_recompile()
-    forward = runner.forward  # the generated code itself, without nn.Module's call machinery
+    forward = _graph_forward(runner)
 
     if live is None:
 
@@ -196,6 +213,48 @@ def _boxed_call(runner: torch.fx.GraphModule, live: list[int] | None) -> Callabl
 
     run._boxed_call = True  # type: ignore[attr-defined]  # what make_boxed_func marks
     return run
+
+
+def _unboxed_call(runner: torch.fx.GraphModule, live: list[int] | None) -> Callable:
+    """The compiled graph as Dynamo calls its backend's result (positional arguments)."""
+    forward = _graph_forward(runner)
+    if live is None:
+        return forward
+
+    def run(*args: Any) -> Any:
+        return forward(*[args[i] for i in live])
+
+    return run
+
+
+def _runtime_wrappers_idle(example_inputs: Sequence[Any]) -> bool:
+    """Whether AOTAutograd's runtime wrappers would only pass arguments and results through.
+
+    They restore input mutations, regenerate outputs that alias inputs, disable grad and
+    autocast around the graph, and mark dynamic output dims. Under ``no_grad`` (which Dynamo
+    guards on), without autocast, mutations, aliases and tensor subclasses, none of that has
+    work to do, and skipping them saves ~10 us per call. The caller checks grad mode and autocast
+    (in its own state), and that Dynamo's graph and this one take the same arguments (no lifted
+    parameters, no deduplication).
+    """
+    from torch._guards import TracingContext
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    ctx = TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None)
+    if meta is None or any(is_traceable_wrapper_subclass(a) for a in example_inputs):
+        return False
+    return (
+        meta.num_mutated_inp_runtime_indices == 0
+        and not any(i.mutates_data or i.mutates_metadata for i in meta.input_info)
+        and meta.num_outputs_aliased == 0
+        and meta.num_intermediate_bases == 0
+        and meta.num_unsafe_view_outputs == 0
+        and not meta.dynamic_outputs
+        and meta.grad_enabled_mutation is None
+        and not meta.tokens
+        and not meta.is_rng_op_functionalized
+    )
 
 
 def _backward_in_pytorch(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, next_id) -> Callable:
