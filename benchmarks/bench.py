@@ -428,6 +428,14 @@ def write_markdown(path: Path, table: dict, models: list[str], backends: list[st
                 f"fxvino per-call overhead above eager: {(fx['median_ms'] - eager['median_ms']) * 1000:.1f} µs "
                 f"(median), {(fx['min_ms'] - eager['min_ms']) * 1000:.1f} µs (min).",
             ]
+            dynamo = table.get(("probe", "dynamo_eager"))
+            if dynamo and "median_ms" in dynamo:
+                lines.append(
+                    f'Dynamo alone (`backend="eager"`, the floor of every torch.compile backend) costs '
+                    f"{(dynamo['median_ms'] - eager['median_ms']) * 1000:.1f} µs above eager; fxvino's own part "
+                    "(AOTAutograd graph, OpenVINO infer, copies) "
+                    f"{(fx['median_ms'] - dynamo['median_ms']) * 1000:.1f} µs."
+                )
 
     lines += ["", f"Raw per-round results: `{meta['json_name']}`; worker logs: `benchmarks/logs/`.", ""]
     path.write_text("\n".join(lines))

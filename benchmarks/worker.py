@@ -34,6 +34,7 @@ RESULT_PREFIX = "BENCH_RESULT "
 MODELS = ("bert", "gpt2", "resnet50", "mlp", "probe")
 BACKENDS = (
     "eager",
+    "dynamo_eager",
     "aot_eager",
     "inductor_freeze",
     "inductor_freeze_bf16",
@@ -202,8 +203,8 @@ def setup(backend: str, model, args, ov_path: str, info: dict) -> tuple[Callable
     if backend == "eager":
         return (lambda: model(*args)), hooks
 
-    if backend == "aot_eager":
-        compiled = torch.compile(model, backend="aot_eager")
+    if backend in ("aot_eager", "dynamo_eager"):  # dynamo_eager: Dynamo alone, every backend's floor
+        compiled = torch.compile(model, backend=backend.removeprefix("dynamo_"))
         return (lambda: compiled(*args)), hooks
 
     if backend.startswith("inductor_freeze"):
