@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch._dynamo.exc
 import torch.fx
-from torch._decomp import core_aten_decompositions, get_decompositions
+from torch._decomp import _core_aten_decompositions_post_autograd, get_decompositions
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx._lazy_graph_module import _LazyGraphModule
@@ -72,15 +72,32 @@ _DYNAMO_CONTROL_FLOW = (torch._dynamo.exc.RestartAnalysis, torch._dynamo.exc.Ski
 def decomposition_table(options: Options) -> dict[torch._ops.OpOverload, Callable]:
     """The decompositions AOTAutograd applies: Core ATen's, less what we lower whole, plus the user's.
 
-    Building it costs ~0.3 s (torch materialises every decomposition), paid once per distinct
-    ``decompositions`` option; each caller gets its own copy of the dict.
+    Built once per distinct ``decompositions`` option; each caller gets its own copy of the dict.
     """
     return dict(_decomposition_table(options.decompositions))
 
 
+# Non-composite ops that torch.export's Core ATen table decomposes beyond the post-autograd one.
+_EXPORT_EXTRAS = (
+    aten.upsample_nearest1d.default,
+    aten.upsample_nearest2d.default,
+    aten.upsample_nearest3d.default,
+    aten._upsample_nearest_exact1d.default,
+    aten._upsample_nearest_exact2d.default,
+    aten._upsample_nearest_exact3d.default,
+)
+
+
 @functools.lru_cache(maxsize=8)
 def _decomposition_table(extra: tuple[torch._ops.OpOverload, ...]) -> dict[torch._ops.OpOverload, Callable]:
-    table = {k: v for k, v in core_aten_decompositions().items() if k not in KEEP_UNDECOMPOSED}
+    """``core_aten_decompositions()`` without its ~500 CompositeImplicitAutograd entries.
+
+    Those entries (which cost 0.1-0.35 s to materialise, on every cold start) only map a
+    composite op to its own ``decompose()``, which AOTAutograd's tracer does anyway.
+    """
+    table = _core_aten_decompositions_post_autograd()
+    table.update(get_decompositions(list(_EXPORT_EXTRAS)))
+    table = {k: v for k, v in table.items() if k not in KEEP_UNDECOMPOSED}
     table.update(get_decompositions(list(extra)))
     return table
 

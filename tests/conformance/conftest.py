@@ -98,9 +98,10 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def _memoized_decomposition_table() -> Any:
     """Compute fxvino's decomposition table once per session instead of once per compile.
 
-    ``decomposition_table(options)`` rebuilds ``core_aten_decompositions()`` on every call,
-    about 0.3 s, up to half the cost of one sample. It is a pure function of
-    ``options.decompositions``, so memoizing it changes no result. Set
+    ``decomposition_table(options)`` copies its memoized table on every call (it once rebuilt
+    ``core_aten_decompositions()``, ~0.3 s, and still must not be shared between compiled
+    models). It is a pure function of ``options.decompositions``, so memoizing it changes no
+    result. Set
     ``FXVINO_CONFORMANCE_DECOMP_CACHE=0`` to run the unpatched code path.
     """
     import fxvino.capture as capture
