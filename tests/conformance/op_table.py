@@ -158,7 +158,14 @@ TOLERANCES: dict[CaseKey, tuple[float, float, str]] = {
 }
 
 # Hand-written expected failures; they override generated ones.
-MANUAL_XFAILS: dict[CaseKey, str] = {}
+# Samples with dropout_p > 0 draw random numbers on OpenVINO, which differ from eager's by
+# contract (lowering/random.py); the samples without dropout still have to match eagerly.
+_RANDOM_DROPOUT = "[wrong-result] dropout_p > 0 samples draw different random numbers than eager (by contract)"
+MANUAL_XFAILS: dict[CaseKey, str] = {
+    (name, "", dt): _RANDOM_DROPOUT
+    for name in ["nn.functional.scaled_dot_product_attention", "nn.functional.multi_head_attention_forward"]
+    for dt in DTYPES
+}
 
 # Cases that must not run at all (hand-written); GENERATED_SKIPS holds the cases that crashed
 # the process during a regeneration.
