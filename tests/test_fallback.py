@@ -31,46 +31,138 @@ def test_disabled_op_runs_in_pytorch_between_two_partitions(caplog):
     assert "listed in disabled_ops" in caplog.text
 
 
-@pytest.fixture
-def broken_relu():
-    """Make the relu lowering raise, as a buggy lowering would."""
+def _break_lowering(monkeypatch, op, only: str | None = None) -> None:
+    """Make ``op``'s lowering raise (for the node named ``only``, or every node), as a buggy one would."""
     ensure_registered()
-    entry = registry.REGISTRY[aten.relu.default]
+    entry = registry.REGISTRY[op]
 
-    def boom(ctx, node, x):
-        raise RuntimeError("forced failure")
+    def boom(ctx, node, *args, **kwargs):
+        if only is None or node.name == only:
+            raise RuntimeError("forced failure")
+        return entry.fn(ctx, node, *args, **kwargs)
 
-    registry.REGISTRY[aten.relu.default] = dataclasses.replace(entry, fn=boom)
-    yield
-    registry.REGISTRY[aten.relu.default] = entry
+    monkeypatch.setitem(registry.REGISTRY, op, dataclasses.replace(entry, fn=boom))
 
 
-def test_failed_lowering_falls_back_to_inductor(broken_relu, caplog):
+def _refuse_compile(monkeypatch, refuse) -> list[int]:
+    """Make OpenVINO's compile_model raise for the models ``refuse(model)`` picks; returns a call log."""
+    from fxvino import isolation, partition
+    from fxvino.devices import core
+
+    real, calls = core(), []
+
+    class Refusing:
+        def compile_model(self, model, *a, **k):
+            calls.append(1)
+            if refuse(model):
+                raise RuntimeError("forced compile failure")
+            return real.compile_model(model, *a, **k)
+
+    monkeypatch.setattr(partition, "core", lambda: Refusing())
+    monkeypatch.setattr(isolation, "core", lambda: Refusing())
+    return calls
+
+
+def test_failed_lowering_isolates_the_node(monkeypatch, caplog):
+    _break_lowering(monkeypatch, aten.relu.default)
     model, x = _mlp(), torch.randn(3, 16)
     with caplog.at_level(logging.WARNING, logger="fxvino"):
         out, report = run_fxvino(model, x)
     torch.testing.assert_close(out, model(x))
     (fb,) = report.fallbacks
-    assert fb.ran_on == "inductor"
-    assert "lowering relu (aten.relu.default) failed: RuntimeError: forced failure" in fb.reason
-    assert report.num_ov_partitions == 0
+    assert fb.ran_on == "pytorch" and fb.op == "aten.relu.default"
+    assert fb.reason == "lowering failed: RuntimeError: forced failure"
+    assert report.torch_ops == {"aten.relu.default": 1}
+    assert report.num_ov_partitions == 2  # both linears stay on OpenVINO
     assert "forced failure" in caplog.text
 
 
-def test_failed_openvino_compile_falls_back(monkeypatch):
-    from fxvino import partition
+def test_failed_compile_is_bisected_to_the_node(monkeypatch):
+    def fn(x, w):
+        y = torch.relu(x @ w) + 1
+        z = torch.tanh(y) * 2  # OpenVINO "refuses" any model holding a Tanh
+        return torch.sigmoid(z @ w) - y.sum()
 
-    class NoCompile:
-        def compile_model(self, *a, **k):
-            raise RuntimeError("device lost")
+    calls = _refuse_compile(monkeypatch, lambda m: any(op.get_type_name() == "Tanh" for op in m.get_ops()))
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    out, report = run_fxvino(fn, x, w)
+    torch.testing.assert_close(out, fn(x, w))
+    (fb,) = report.fallbacks
+    assert fb.op == "aten.tanh.default" and fb.ran_on == "pytorch"
+    assert "found by bisection" in fb.reason and "forced compile failure" in fb.reason
+    assert report.torch_ops == {"aten.tanh.default": 1}
+    assert report.num_ov_partitions == 2
+    assert len(calls) <= 10, f"{len(calls)} compiles for a 9-node graph"
 
-    monkeypatch.setattr(partition, "core", lambda: NoCompile())
+
+def test_one_failure_in_a_500_node_model_keeps_99_percent_on_openvino(monkeypatch):
+    from fxvino import zoo
+
+    model, (ids,) = zoo.comparable("bert", seq=16, hidden_size=64, num_attention_heads=2, intermediate_size=128)
+    _break_lowering(monkeypatch, aten.gelu.default, only="gelu_5")  # the 6th of 12 layers
+    with torch.no_grad():
+        expected = model(ids)
+    out, report = run_fxvino(model, ids)
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+    (graph,) = report.graphs
+    assert graph.num_nodes >= 500, graph.num_nodes
+    assert sum(report.ov_ops.values()) >= 0.99 * graph.num_nodes, str(report)
+    assert report.torch_ops == {"aten.gelu.default": 1}
+    (fb,) = report.fallbacks
+    assert fb.where == "gelu_5" and fb.ran_on == "pytorch"
+
+
+def test_device_wide_compile_failure_runs_on_inductor(monkeypatch):
+    _refuse_compile(monkeypatch, lambda m: True)
     model, x = _mlp(), torch.randn(3, 16)
     out, report = run_fxvino(model, x)
     torch.testing.assert_close(out, model(x))
     (fb,) = report.fallbacks
-    assert "OpenVINO compile failed: RuntimeError: device lost" in fb.reason
-    assert fb.ran_on in ("inductor", "eager")
+    assert "OpenVINO compile failed: RuntimeError: forced compile failure" in fb.reason
+    assert fb.ran_on == "inductor", fb.reason
+    assert report.num_ov_partitions == 0
+
+
+def _inductor_case(name: str):
+    from fxvino import zoo
+
+    if name == "cnn":  # batch norm (decomposed by fxvino's table, not Inductor's) and pooling
+        model = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1),
+            torch.nn.BatchNorm2d(8),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2),
+            torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(),
+            torch.nn.Linear(8, 4),
+        ).eval()
+        return model, (torch.randn(2, 3, 16, 16),)
+    # SDPA, the mask's _to_copy, and symbolic sizes under dynamic=True
+    return zoo.comparable("gpt2", seq=16, n_embd=64, n_head=2, n_layer=2)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("name", ["cnn", "gpt2"])
+def test_inductor_fallback_runs_real_models(monkeypatch, name, dynamic):
+    torch.manual_seed(0)
+    model, args = _inductor_case(name)
+    _refuse_compile(monkeypatch, lambda m: True)
+    with torch.no_grad():
+        expected = model(*args)
+    out, report = run_fxvino(model, *args, dynamic=dynamic)
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+    assert report.fallbacks and all(f.ran_on == "inductor" for f in report.fallbacks), str(report)
+
+
+def test_inductor_fallback_runs_random_ops(monkeypatch):
+    def fn(x):
+        return torch.nn.functional.dropout(x, 0.5, training=True) + torch.randn_like(x)
+
+    _refuse_compile(monkeypatch, lambda m: True)
+    x = torch.ones(64, 64)
+    out, report = run_fxvino(fn, x)
+    assert report.fallbacks and all(f.ran_on == "inductor" for f in report.fallbacks), str(report)
+    assert out.shape == x.shape and 0.8 < out.std().item() < 1.7  # dropout's 0 / 2 plus a normal
 
 
 @torch.library.custom_op("fxvino_test::cube", mutates_args=())

@@ -7,6 +7,7 @@ lowered and compiled; one that fails runs through Inductor, or eagerly if Induct
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import operator
 import time
@@ -21,7 +22,7 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
-from fxvino import cache
+from fxvino import cache, isolation
 from fxvino.devices import core
 from fxvino.lowering import ensure_registered
 from fxvino.lowering.convert import LoweringError, fetch_attr, lower_graph
@@ -46,13 +47,40 @@ class _Support(OperatorSupport):
 
 
 def partition_and_compile(gm: torch.fx.GraphModule, options: Options, report: GraphReport) -> torch.fx.GraphModule:
-    """Rewrite ``gm`` in place so OpenVINO runs every partition it can; returns ``gm``."""
+    """Rewrite ``gm`` in place so OpenVINO runs every partition it can; returns the graph to run."""
     ensure_registered()
     calls = [n for n in gm.graph.nodes if n.op == "call_function"]
     reasons = {n: decline_reason(n, options.disabled_ops) for n in calls}
     report.num_nodes = len(calls)
-    _record_torch_nodes(report, reasons)
+    return _split_and_compile(gm, reasons, _Job(options, report), report.name)
 
+
+@dataclasses.dataclass
+class _Job:
+    """What every partition of one graph shares: options, the report, and the isolation budget."""
+
+    options: Options
+    report: GraphReport
+    isolations: int = 0
+    device_ok: bool | None = None  # whether the device compiles anything (asked once, lazily)
+
+    def device_compiles(self) -> bool:
+        if self.device_ok is None:
+            self.device_ok = isolation.device_compiles(self.options)
+        return self.device_ok
+
+
+def _split_and_compile(
+    gm: torch.fx.GraphModule, reasons: dict[torch.fx.Node, str | None], job: _Job, prefix: str
+) -> torch.fx.GraphModule:
+    """Partition ``gm`` by ``reasons`` (None: supported) and compile each partition.
+
+    Partition names start with ``prefix`` ("g0/0.0.fused_0"; a partition split around an
+    isolated node names its parts after itself: "g0/0.0.fused_0.fused_1").
+    """
+    _decline_orphan_getitems(reasons)
+    _record_torch_nodes(job.report, reasons)
+    calls = list(reasons)
     if calls and all(why is None for why in reasons.values()):
         fused = _whole_graph_partition(gm)  # the common case, without the partitioner's cost
     else:
@@ -66,22 +94,33 @@ def partition_and_compile(gm: torch.fx.GraphModule, options: Options, report: Gr
         in_partition = {n for p in partitions for n in p.nodes}
         for n in calls:
             if reasons[n] is None and n not in in_partition and n.target is not operator.getitem:
-                report.torch_ops[op_name(n.target)] += 1
+                job.report.torch_ops[op_name(n.target)] += 1
         fused = partitioner.fuse_partitions(partitions)
     for node in list(fused.graph.find_nodes(op="call_module")):
         if not node.target.startswith("fused_"):
             continue
         sub = getattr(fused, node.target)
-        _compile_partition(fused, node, sub, options, report)
+        _compile_partition(fused, node, sub, job, prefix)
     fused.graph.lint()
     fused.recompile()
     return fused
+
+
+def _decline_orphan_getitems(reasons: dict[torch.fx.Node, str | None]) -> None:
+    """A getitem of a node that runs in PyTorch reads a Python tuple: it stays in PyTorch too."""
+    for n, why in reasons.items():
+        if why is None and n.target is operator.getitem:
+            src = n.args[0]
+            if isinstance(src, torch.fx.Node) and reasons.get(src) is not None:
+                reasons[n] = reasons[src]
 
 
 def _record_torch_nodes(report: GraphReport, reasons: dict[torch.fx.Node, str | None]) -> None:
     groups: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
     for n, why in reasons.items():
         if why is not None:
+            if n.target is operator.getitem:
+                continue  # part of its source node's record
             groups[(op_name(n.target), why)].append(n.name)
             report.torch_ops[op_name(n.target)] += 1
     for (op, why), names in groups.items():
@@ -89,18 +128,27 @@ def _record_torch_nodes(report: GraphReport, reasons: dict[torch.fx.Node, str | 
         report.fallback(Fallback(shown, op, why, "pytorch"))
 
 
+class _Blamed(Exception):
+    """OpenVINO rejected a partition because of one node; the partition is split around it."""
+
+    def __init__(self, node: torch.fx.Node, reason: str):
+        super().__init__(reason)
+        self.node = node
+        self.reason = reason
+
+
 def _compile_partition(
     parent: torch.fx.GraphModule,
     node: torch.fx.Node,
     sub: torch.fx.GraphModule,
-    options: Options,
-    report: GraphReport,
+    job: _Job,
+    prefix: str,
 ) -> None:
+    options, report = job.options, job.report
     single = _normalize_tuple_output(sub)
     ops_here = collections.Counter(op_name(n.target) for n in sub.graph.nodes if n.op == "call_function")
-    name = f"{report.name}.{node.target}"
+    name = f"{prefix}.{node.target}"
     preport = PartitionReport(name, sum(ops_here.values()), ops_here)
-    report.partitions.append(preport)
     constants = {
         i: fetch_attr(parent, a.target)
         for i, a in enumerate(node.args)
@@ -116,24 +164,37 @@ def _compile_partition(
                 lowered, compiled = hit, hit.compiled
                 t1 = t0
             else:
-                lowered = lower_graph(sub, constants, name)
+                try:
+                    lowered = lower_graph(sub, constants, name)
+                except LoweringError as e:
+                    if e.node is None or e.node.op != "call_function":
+                        raise
+                    raise _Blamed(e.node, f"lowering failed: {e.reason}") from e
                 t1 = time.perf_counter()
-                compiled = core().compile_model(lowered.model, options.device, options.compile_config())
+                try:
+                    compiled = core().compile_model(lowered.model, options.device, options.compile_config())
+                except Exception as e:
+                    blamed = _blame_compile_failure(sub, constants, job, e)
+                    if blamed is None:
+                        raise
+                    raise blamed from e
                 if key is not None:
                     cache.store(options, key, compiled, lowered, name)
             t2 = time.perf_counter()
+    except _Blamed as b:
+        if job.isolations < isolation.MAX_ISOLATIONS:
+            job.isolations += 1
+            _isolate(parent, node, sub, constants, single, b, job, name)
+            return
+        _to_fallback(parent, node, sub, single, job, preport, f"{b.node.name} ({op_name(b.node.target)}): {b.reason}")
+        return
     except Exception as e:  # noqa: BLE001 - any failure degrades to Inductor, and is reported
         why = e.reason if isinstance(e, LoweringError) else f"OpenVINO compile failed: {type(e).__name__}: {e}"
-        if isinstance(e, LoweringError) and e.node is not None:
-            why = f"lowering {e.node.name} ({op_name(e.node.target)}) failed: {e.reason}"
-        runner, ran_on = _fallback_compile(sub)
-        preport.on_openvino = False
-        report.torch_ops.update(ops_here)
-        report.fallback(Fallback(name, f"partition of {preport.num_nodes} nodes", why, ran_on))
-        _install(parent, node, runner, single, list(node.args))
+        _to_fallback(parent, node, sub, single, job, preport, why)
         return
     preport.lowering_seconds, preport.compile_seconds = t1 - t0, t2 - t1
     preport.compiled_ref = weakref.ref(compiled)
+    report.partitions.append(preport)
     report.ov_ops.update(ops_here)
     partition = CompiledPartition(compiled, lowered.inputs, lowered.outputs)
     if hit is not None:
@@ -141,6 +202,80 @@ def _compile_partition(
     runtime_args = [node.args[i] for i in lowered.runtime_positions]
     guarded = _GuardedPartition(partition, sub, constants, lowered.runtime_positions, name, report)
     _install(parent, node, guarded, single, runtime_args)
+
+
+def _blame_compile_failure(
+    sub: torch.fx.GraphModule, constants: dict[int, Any], job: _Job, error: Exception
+) -> _Blamed | None:
+    """A ``_Blamed`` naming the node OpenVINO's compile failure comes from, if one can be found."""
+    if not job.device_compiles():
+        return None  # the device compiles nothing: no node is to blame
+    culprit = isolation.blame_by_bisection(sub, isolation.compile_probe(job.options, constants))
+    if culprit is None:
+        return None
+    first = str(error).strip().splitlines()
+    return _Blamed(
+        culprit,
+        f"OpenVINO compile failed with it (found by bisection): {type(error).__name__}: " + (first[0] if first else ""),
+    )
+
+
+def _isolate(
+    parent: torch.fx.GraphModule,
+    node: torch.fx.Node,
+    sub: torch.fx.GraphModule,
+    constants: dict[int, Any],
+    single: bool,
+    blamed: _Blamed,
+    job: _Job,
+    name: str,
+) -> None:
+    """Split ``sub`` around the blamed node: it runs in PyTorch, its neighbours on OpenVINO."""
+    _constants_to_attrs(sub, constants)
+    calls = [n for n in sub.graph.nodes if n.op == "call_function"]
+    reasons = {n: decline_reason(n, job.options.disabled_ops) for n in calls}
+    reasons[blamed.node] = blamed.reason
+    inner = _split_and_compile(sub, reasons, job, name)
+    runtime_args = [a for i, a in enumerate(node.args) if i not in constants]
+    _install(parent, node, _graph_forward(inner), single, runtime_args)
+
+
+def _constants_to_attrs(sub: torch.fx.GraphModule, constants: dict[int, Any]) -> None:
+    """Turn the placeholders that receive constants back into attributes of ``sub``, so the
+    partitions it is split into get them as OpenVINO constants again (weights stay frozen)."""
+    placeholders = list(sub.graph.find_nodes(op="placeholder"))
+    first = next((n for n in sub.graph.nodes if n.op != "placeholder"), None)
+    for i, value in constants.items():
+        ph = placeholders[i]
+        attr_name = f"_fxvino_const_{i}"
+        if isinstance(value, torch.Tensor):
+            sub.register_buffer(attr_name, value, persistent=False)
+        else:
+            setattr(sub, attr_name, value)
+        with sub.graph.inserting_before(first):
+            attr = sub.graph.get_attr(attr_name)
+        attr.meta = dict(ph.meta)
+        ph.replace_all_uses_with(attr)
+        sub.graph.erase_node(ph)
+    sub.recompile()
+
+
+def _to_fallback(parent, node, sub, single: bool, job: _Job, preport: PartitionReport, why: str) -> None:
+    """The whole partition runs on Inductor (or eagerly if Inductor fails too), reported."""
+    runner, ran_on, inductor_why = isolation.inductor_fallback(sub)
+    preport.on_openvino = False
+    job.report.partitions.append(preport)
+    job.report.torch_ops.update(preport.ops)
+    if inductor_why:
+        why = f"{why}; {inductor_why}"
+    job.report.fallback(Fallback(preport.name, f"partition of {preport.num_nodes} nodes", why, ran_on))
+    _install(parent, node, runner, single, list(node.args))
+
+
+def _graph_forward(gm: torch.fx.GraphModule) -> Callable:
+    if isinstance(gm, _LazyGraphModule):
+        gm.real_recompile()
+    return gm.forward
 
 
 class _GuardedPartition:
@@ -210,19 +345,6 @@ def _normalize_tuple_output(sub: torch.fx.GraphModule) -> bool:
     out.args = ((out.args[0],),)
     sub.recompile()
     return True
-
-
-def _fallback_compile(sub: torch.fx.GraphModule) -> tuple[Callable, str]:
-    """Inductor for a partition OpenVINO could not take; eager when Inductor fails as well."""
-    try:
-        from torch._inductor.compile_fx import compile_fx_inner
-
-        example = [n.meta["val"] for n in sub.graph.find_nodes(op="placeholder")]
-        compiled = compile_fx_inner(sub, example)
-        return (lambda *a: tuple(compiled(list(a)))), "inductor"
-    except Exception as e:  # noqa: BLE001
-        logger.warning("fxvino: Inductor could not compile the fallback partition either (%s); running eagerly", e)
-        return (lambda *a: tuple(sub(*a))), "eager"
 
 
 def _whole_graph_partition(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
