@@ -24,6 +24,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
+from fxvino import specialize
 from fxvino.lowering.convert import fetch_attr
 from fxvino.options import Options
 from fxvino.partition import partition_and_compile
@@ -168,10 +169,34 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
     except _DYNAMO_CONTROL_FLOW:
         raise  # Dynamo restarts or skips the frame itself; these are not failures
     except Exception as e:  # noqa: BLE001 - a model that runs eagerly must not crash
+        runner = (
+            _compile_specialized(gm, example_inputs, backend, graph_id) if specialize.is_data_dependent(e) else None
+        )
+        if runner is not None:
+            return runner
         report = GraphReport(graph_id(), "dynamo")
         report.fallback(Fallback("graph", "AOTAutograd capture", f"{type(e).__name__}: {e}", "eager"))
         publish(report)
         return gm.forward
+
+
+def _compile_specialized(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], backend: Callable, graph_id: Callable[[], str]
+) -> Callable | None:
+    """Compile ``gm`` for the values of the 0-d tensors its sizes depend on (specialize.py), or None."""
+    made = specialize.specialize(gm, example_inputs)
+    if made is None:
+        return None
+    special, values = made
+    try:
+        with _gc_paused():
+            compiled = backend(special, example_inputs)
+    except _DYNAMO_CONTROL_FLOW:
+        raise
+    except Exception:  # noqa: BLE001 - the caller reports the original failure
+        logger.debug("fxvino: the value-specialized graph failed as well", exc_info=True)
+        return None
+    return specialize.guarded(compiled, gm.forward, values, GraphReport(graph_id(), "dynamo"))
 
 
 def _compile_aten(

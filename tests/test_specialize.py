@@ -1,0 +1,45 @@
+"""Sizes set by 0-d tensors (``torch.arange(t)``): compiled for the value, checked on every call."""
+
+from __future__ import annotations
+
+import torch
+
+import fxvino
+from harness import assert_all_on_openvino
+
+
+def _arange_scaled(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return torch.arange(a, b, dtype=torch.float32) * x
+
+
+def test_arange_with_0d_tensor_bounds_runs_on_openvino():
+    a, b, x = torch.tensor(2), torch.tensor(9), torch.tensor(1.5)
+    compiled = torch.compile(_arange_scaled, backend="fxvino")
+    with fxvino.collect_reports() as report, torch.no_grad():
+        out = compiled(a, b, x)
+    torch.testing.assert_close(out, _arange_scaled(a, b, x))
+    assert_all_on_openvino(report)
+
+
+def test_another_value_runs_eagerly_and_is_reported():
+    x = torch.tensor(2.0)
+    compiled = torch.compile(_arange_scaled, backend="fxvino")
+    with fxvino.collect_reports() as report, torch.no_grad():
+        compiled(torch.tensor(0), torch.tensor(4), x)
+        for hi in (6, 7):
+            out = compiled(torch.tensor(1), torch.tensor(hi), x)
+            torch.testing.assert_close(out, _arange_scaled(torch.tensor(1), torch.tensor(hi), x))
+    fallbacks = [f for f in report.fallbacks if f.op == "value-specialized graph"]
+    assert len(fallbacks) == 1 and fallbacks[0].ran_on == "eager"
+
+
+def test_arange_of_a_0d_tensor_plus_an_input():
+    def fn(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        return torch.arange(n, dtype=torch.float32) + x
+
+    x, n = torch.randn(5), torch.tensor(5)
+    compiled = torch.compile(fn, backend="fxvino")
+    with fxvino.collect_reports() as report, torch.no_grad():
+        out = compiled(x, n)
+    torch.testing.assert_close(out, fn(x, n))
+    assert_all_on_openvino(report)
