@@ -8,6 +8,7 @@ import logging
 import pytest
 import torch
 
+import fxvino
 from fxvino.lowering import ensure_registered, registry
 from harness import run_fxvino
 
@@ -205,3 +206,36 @@ def test_runtime_failure_runs_eagerly_and_is_reported(monkeypatch):
         out = compiled(x)
     torch.testing.assert_close(out, model(x))
     assert any("inference exploded" in f.reason and f.ran_on == "eager" for f in report.fallbacks)
+
+
+def test_inference_failure_is_bisected_with_the_real_inputs(monkeypatch):
+    """OpenVINO failing at run time on a Tanh: that call runs eagerly, later ones split around the tanh."""
+    from fxvino import runtime
+
+    real_call = runtime.CompiledPartition.__call__
+
+    def holds_tanh(compiled) -> bool:  # the plugin fuses ops; it keeps their original names
+        names = (op.get_rt_info()["originalLayersNames"].astype(str) for op in compiled.get_runtime_model().get_ops())
+        return any("Tanh" in n for n in names)
+
+    def failing(self, *args):
+        if holds_tanh(self.compiled):
+            raise RuntimeError("inference exploded on a Tanh")
+        return real_call(self, *args)
+
+    def fn(x, w):
+        y = torch.relu(x @ w) + 1
+        return torch.sigmoid(torch.tanh(y) @ w) - y.sum()
+
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    compiled = torch.compile(fn, backend="fxvino")
+    with fxvino.collect_reports() as report, torch.no_grad():
+        compiled(x, w)  # compiles while inference still works
+        monkeypatch.setattr(runtime.CompiledPartition, "__call__", failing)
+        outs = [compiled(x * k, w) for k in (1.0, 2.0, 3.0)]
+    for k, out in zip((1.0, 2.0, 3.0), outs, strict=True):
+        torch.testing.assert_close(out, fn(x * k, w))
+    (fb,) = [f for f in report.fallbacks if "bisection" in f.reason]
+    assert fb.op == "aten.tanh.default" and fb.ran_on == "pytorch" and "exploded" in fb.reason
+    assert report.torch_ops == {"aten.tanh.default": 1}
+    assert not [f for f in report.fallbacks if f.ran_on == "eager"], str(report)

@@ -46,6 +46,34 @@ def device_compiles(options: Options) -> bool:
     return True
 
 
+def device_infers(options: Options) -> bool:
+    """Whether the device runs a one-op model through fxvino's runtime at all."""
+    from fxvino.lowering.convert import InputSpec, OutputSpec
+    from fxvino.runtime import CompiledPartition
+
+    x = ops.parameter(ov.PartialShape([2]), ov.Type.f32, name="x")
+    model = ov.Model([ops.result(ops.relu(x))], [x], "fxvino_canary")
+    try:
+        compiled = core().compile_model(model, options.device, options.compile_config())
+        runner = CompiledPartition(compiled, [InputSpec("tensor", 0)], [OutputSpec("tensor", 0, dtype=torch.float32)])
+        (out,) = runner(torch.tensor([-1.0, 2.0]))
+        return out.tolist() == [0.0, 2.0]
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def infer_probe(options: Options, constants: Mapping[int, torch.Tensor], full_args: list[Any]) -> Probe:
+    """A probe that lowers, compiles and runs a prefix graph on the call's real arguments."""
+    from fxvino.runtime import CompiledPartition
+
+    def probe(prefix: torch.fx.GraphModule) -> None:
+        lowered = lower_graph(prefix, constants, "fxvino_bisect")
+        compiled = core().compile_model(lowered.model, options.device, options.compile_config())
+        CompiledPartition(compiled, lowered.inputs, lowered.outputs)(*[full_args[i] for i in lowered.runtime_positions])
+
+    return probe
+
+
 def compile_probe(options: Options, constants: Mapping[int, torch.Tensor]) -> Probe:
     """A probe that lowers and compiles a prefix graph; raises what OpenVINO raises."""
 

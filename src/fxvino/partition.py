@@ -10,6 +10,7 @@ import collections
 import dataclasses
 import logging
 import operator
+import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
@@ -200,7 +201,7 @@ def _compile_partition(
     if hit is not None:
         partition.mapping = hit.mapping  # the imported model reads the mapped file: keep it open
     runtime_args = [node.args[i] for i in lowered.runtime_positions]
-    guarded = _GuardedPartition(partition, sub, constants, lowered.runtime_positions, name, report)
+    guarded = _GuardedPartition(partition, sub, constants, lowered.runtime_positions, name, job)
     _install(parent, node, guarded, single, runtime_args)
 
 
@@ -282,7 +283,10 @@ class _GuardedPartition:
     """Runs the OpenVINO partition; if OpenVINO raises at run time, runs the FX graph eagerly.
 
     A model that runs eagerly must not crash under fxvino: a bad input then raises torch's
-    own error from the eager run. Each distinct failure is reported once.
+    own error from the eager run. When the eager run succeeds, OpenVINO was at fault: the first
+    such failure is bisected with the call's real inputs, and the partition is split around the
+    node to blame (as for compile failures) for the calls that follow. Each distinct failure
+    is reported once.
     """
 
     def __init__(
@@ -292,30 +296,69 @@ class _GuardedPartition:
         constants: dict[int, Any],
         runtime_positions: list[int],
         name: str,
-        report: GraphReport,
+        job: _Job,
     ):
         self.partition = partition
         self.sub = sub
         self.constants = constants
         self.runtime_positions = runtime_positions
         self.name = name
-        self.report = report
+        self.job = job
         self.seen: set[str] = set()
+        self.replacement: Callable | None = None
+        self.lock = threading.Lock()
+        self.bisected = False
 
     def __call__(self, *args: Any) -> tuple[Any, ...]:
+        if self.replacement is not None:
+            return self.replacement(*args)
         try:
             return self.partition(*args)
         except Exception as e:  # noqa: BLE001
             why = f"OpenVINO inference failed: {type(e).__name__}: {e}"
-            if why not in self.seen:
+            full = self._full_args(args)
+            result = tuple(self.sub(*full))  # torch's own error for a bad input
+            with self.lock:
+                if self.replacement is None and not self.bisected:
+                    self.bisected = True
+                    self.replacement = self._isolate(full, e)
+            if self.replacement is None and why not in self.seen:
                 self.seen.add(why)
-                self.report.fallback(Fallback(self.name, "partition", why, "eager"))
-            full: list[Any] = [None] * (len(self.constants) + len(self.runtime_positions))
-            for i, v in self.constants.items():
-                full[i] = v
-            for pos, v in zip(self.runtime_positions, args, strict=True):
-                full[pos] = v
-            return tuple(self.sub(*full))
+                self.job.report.fallback(Fallback(self.name, "partition", why, "eager"))
+            return result
+
+    def _full_args(self, args: tuple[Any, ...]) -> list[Any]:
+        full: list[Any] = [None] * (len(self.constants) + len(self.runtime_positions))
+        for i, v in self.constants.items():
+            full[i] = v
+        for pos, v in zip(self.runtime_positions, args, strict=True):
+            full[pos] = v
+        return full
+
+    def _isolate(self, full: list[Any], error: Exception) -> Callable | None:
+        """Split the partition around the node the failure comes from; None if none is found."""
+        job = self.job
+        if job.isolations >= isolation.MAX_ISOLATIONS or not isolation.device_infers(job.options):
+            return None
+        try:
+            probe = isolation.infer_probe(job.options, self.constants, full)
+            culprit = isolation.blame_by_bisection(self.sub, probe)
+            if culprit is None:
+                return None
+            job.isolations += 1
+            first = str(error).strip().splitlines()
+            reason = f"OpenVINO inference failed with it (found by bisection): {type(error).__name__}: " + (
+                first[0] if first else ""
+            )
+            _constants_to_attrs(self.sub, self.constants)
+            reasons = {
+                n: decline_reason(n, job.options.disabled_ops) for n in self.sub.graph.nodes if n.op == "call_function"
+            }
+            reasons[culprit] = reason
+            return _graph_forward(_split_and_compile(self.sub, reasons, job, self.name))
+        except Exception:  # noqa: BLE001 - isolation is an improvement, never a new failure
+            logger.warning("fxvino: could not isolate the failure of %s; it keeps running eagerly", self.name)
+            return None
 
 
 def _install(parent: torch.fx.GraphModule, node: torch.fx.Node, runner: Callable, single: bool, args: list) -> None:
