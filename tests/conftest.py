@@ -7,6 +7,8 @@ import os
 import pytest
 import torch
 
+from fxvino.report import forget_warnings
+
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 # The OpInfo conformance suite (tests/conformance) runs its float32 slice with everything else;
@@ -18,5 +20,6 @@ collect_ignore = ["conformance"] if os.environ.get("FXVINO_CONFORMANCE", "").str
 def _fresh_dynamo():
     """Every test compiles from scratch: no cache entry or recompile count leaks across tests."""
     torch._dynamo.reset()
+    forget_warnings()
     yield
     torch._dynamo.reset()

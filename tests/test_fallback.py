@@ -239,3 +239,18 @@ def test_inference_failure_is_bisected_with_the_real_inputs(monkeypatch):
     assert fb.op == "aten.tanh.default" and fb.ran_on == "pytorch" and "exploded" in fb.reason
     assert report.torch_ops == {"aten.tanh.default": 1}
     assert not [f for f in report.fallbacks if f.ran_on == "eager"], str(report)
+
+
+def test_each_kind_of_fallback_is_warned_once(monkeypatch, caplog):
+    _break_lowering(monkeypatch, aten.relu.default)
+
+    def fn(x):
+        return torch.relu(torch.relu(x) + 1) * 2 + torch.relu(x - 1)
+
+    with caplog.at_level(logging.DEBUG, logger="fxvino"):
+        out, report = run_fxvino(fn, torch.randn(8))
+        run_fxvino(fn, torch.randn(3, 8))  # another graph with the same fallbacks
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING and "forced failure" in r.getMessage()]
+    repeated = [r for r in caplog.records if r.levelno == logging.DEBUG and "forced failure" in r.getMessage()]
+    assert len(warned) == 1 and len(repeated) >= 5
+    assert len([f for f in report.fallbacks if f.op == "aten.relu.default"]) == 3  # the report keeps them all

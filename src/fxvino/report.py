@@ -12,11 +12,24 @@ import contextlib
 import contextvars
 import dataclasses
 import logging
+import threading
 import weakref
 from collections.abc import Iterator
 from typing import Any
 
 logger = logging.getLogger("fxvino")
+
+
+# Kinds of fallback already warned about in this process (log de-duplication only: reports
+# always hold every record).
+_warned: set[tuple[str, str, str]] = set()
+_warned_lock = threading.Lock()
+
+
+def forget_warnings() -> None:
+    """Warn again about fallbacks already warned about (tests that check the log use it)."""
+    with _warned_lock:
+        _warned.clear()
 
 
 @dataclasses.dataclass
@@ -71,8 +84,19 @@ class GraphReport:
         return sum(p.compile_seconds for p in self.partitions)
 
     def fallback(self, fb: Fallback) -> None:
+        """Record ``fb``; warn the first time its (op, reason, ran_on) appears in this process.
+
+        Every fallback stays in the report; the log warns once per kind, so a decode loop that
+        compiles a graph per shape, or a model with twelve layers of one unsupported op, does not
+        repeat the same warning (the repeats go to DEBUG).
+        """
         self.fallbacks.append(fb)
-        logger.warning("fxvino: %s (%s) runs on %s: %s", fb.where, fb.op, fb.ran_on, fb.reason)
+        key = (fb.op, fb.reason, fb.ran_on)
+        with _warned_lock:
+            first = key not in _warned
+            _warned.add(key)
+        level = logging.WARNING if first else logging.DEBUG
+        logger.log(level, "fxvino: %s (%s) runs on %s: %s", fb.where, fb.op, fb.ran_on, fb.reason)
 
     def summary(self) -> str:
         lines = [
