@@ -254,3 +254,20 @@ def test_each_kind_of_fallback_is_warned_once(monkeypatch, caplog):
     repeated = [r for r in caplog.records if r.levelno == logging.DEBUG and "forced failure" in r.getMessage()]
     assert len(warned) == 1 and len(repeated) >= 5
     assert len([f for f in report.fallbacks if f.op == "aten.relu.default"]) == 3  # the report keeps them all
+
+
+def test_a_bug_in_fxvino_runs_the_graph_on_inductor(monkeypatch):
+    from fxvino import capture
+
+    def buggy(*args, **kwargs):
+        raise KeyError("a bug of ours")
+
+    monkeypatch.setattr(capture, "partition_and_compile", buggy)
+    torch.manual_seed(0)
+    model, (x,) = _inductor_case("cnn")
+    with torch.no_grad():
+        expected = model(x)
+    out, report = run_fxvino(model, x)
+    torch.testing.assert_close(out, expected)
+    (fb,) = report.fallbacks
+    assert fb.ran_on == "inductor" and "a bug of ours" in fb.reason

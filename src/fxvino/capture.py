@@ -24,7 +24,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
-from fxvino import specialize
+from fxvino import isolation, specialize
 from fxvino.lowering.convert import fetch_attr
 from fxvino.options import Options
 from fxvino.partition import partition_and_compile
@@ -222,9 +222,15 @@ def _compile_aten(
         runner = partition_and_compile(work, options, report)
     except Exception as e:  # noqa: BLE001 - a bug of ours must degrade, not crash the model
         logger.exception("fxvino: compiling graph %s failed", report.name)
-        report.fallback(Fallback("graph", f"{report.num_nodes} nodes", f"{type(e).__name__}: {e}", "eager"))
+        why = f"{type(e).__name__}: {e}"
+        runner, ran_on, inductor_why = isolation.inductor_fallback(gm)
+        report.fallback(
+            Fallback("graph", f"{report.num_nodes} nodes", f"{why}; {inductor_why}" if inductor_why else why, ran_on)
+        )
         publish(report)
-        return make_boxed_func(gm)
+        if ran_on == "eager":
+            return make_boxed_func(gm)
+        return _boxed_call_of(runner)
     publish(report)
     boxed = _boxed_call(runner, None if not frozen else live)
     if direct is not None and kind == "inference" and _runtime_wrappers_idle(example_inputs):
@@ -254,6 +260,14 @@ def _boxed_call(runner: torch.fx.GraphModule, live: list[int] | None) -> Callabl
             return forward(*[args[i] for i in live])
 
     run._boxed_call = True  # type: ignore[attr-defined]  # what make_boxed_func marks
+    return run
+
+
+def _boxed_call_of(fn: Callable) -> Callable:
+    def run(args: list[Any]) -> Any:
+        return fn(*args)
+
+    run._boxed_call = True  # type: ignore[attr-defined]
     return run
 
 
