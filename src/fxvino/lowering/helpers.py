@@ -193,7 +193,14 @@ def squeeze(x: ov.Output, axes: int | Sequence[int]) -> ov.Output:
 
 
 def reshape(x: ov.Output, shape: Sequence[Value]) -> ov.Output:
-    """torch's reshape: a 0 in ``shape`` is a zero-size dim (special_zero=False), not "copy it"."""
+    """torch's reshape: a 0 in ``shape`` is a zero-size dim (special_zero=False), not "copy it".
+
+    To a 0-d result, a static all-ones tensor is squeezed instead: the CPU plugin crashes the
+    process (SIGSEGV in compile_model) on MatMul -> Reshape([]), which is what
+    ``einsum("i,i")`` and other dot products that end in a 0-d view lower to.
+    """
+    if len(shape) == 0 and rank(x) > 0 and all(d == 1 for d in static_shape(x)):
+        return squeeze(x, list(range(rank(x))))
     return ops.reshape(x, as_shape(shape), False).output(0)
 
 

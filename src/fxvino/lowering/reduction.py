@@ -36,7 +36,13 @@ def mean(ctx, node, x, dim=None, keepdim=False, *, dtype=None):
     x = h.cast(x, h.out_dtype(node))
     if _scalar_input(x):
         return x
-    return ops.reduce_mean(x, _axes(x, dim), keepdim).output(0)
+    axes = _axes(x, dim)
+    shape = h.static_shape(x)
+    if any(shape[a] == 0 for a in axes.get_node().get_vector()):
+        # ReduceMean over nothing gives 0; torch gives NaN (0/0). (Dynamo never makes a 0 size
+        # symbolic, so a static check covers every empty reduction.)
+        return ops.divide(ops.reduce_sum(x, axes, keepdim), h.const(float("nan"), h.dtype_of(x))).output(0)
+    return ops.reduce_mean(x, axes, keepdim).output(0)
 
 
 @lowers(aten.prod.dim_int, aten.prod.default)
