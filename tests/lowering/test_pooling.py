@@ -77,3 +77,44 @@ def test_avg_pool_zero_batch():
     out, report = run_fxvino(fn, x, fullgraph=True)
     assert out.shape == fn(x).shape
     assert_all_on_openvino(report)
+
+
+_MAX2D = "aten.max_pool2d_with_indices.default"
+
+
+@pytest.mark.parametrize(
+    "fn, shape, op",
+    [
+        # EfficientNet's head: kernel 1280 over a 7x7 map with ceil_mode gives one global window.
+        (lambda x: F.avg_pool2d(x, 1280, ceil_mode=True), (1, 8, 7, 7), "aten.avg_pool2d.default"),
+        (lambda x: F.avg_pool2d(x, 9, padding=1, ceil_mode=True), (1, 8, 7, 7), "aten.avg_pool2d.default"),
+        (
+            lambda x: F.avg_pool2d(x, (9, 2), padding=(1, 0), ceil_mode=True, count_include_pad=False),
+            (2, 3, 7, 6),
+            "aten.avg_pool2d.default",
+        ),
+        (lambda x: F.avg_pool2d(x, 9, ceil_mode=True, divisor_override=5), (1, 2, 7, 7), "aten.avg_pool2d.default"),
+        (lambda x: F.avg_pool1d(x, 20, ceil_mode=True), (2, 3, 8), "aten.avg_pool2d.default"),
+        (lambda x: F.max_pool2d(x, 9, ceil_mode=True), (1, 8, 7, 7), _MAX2D),
+        (lambda x: F.max_pool2d(x, 9, padding=2, ceil_mode=True), (1, 8, 7, 7), _MAX2D),
+        (lambda x: F.max_pool3d(x, 7, ceil_mode=True), (1, 2, 4, 5, 3), "aten.max_pool3d_with_indices.default"),
+    ],
+    ids=["avg-1280", "avg-pad", "avg-exclude-pad", "avg-divisor", "avg1d", "max", "max-pad", "max3d"],
+)
+def test_kernel_larger_than_the_padded_input(fn, shape, op):
+    _check(fn, torch.randn(shape), op)
+
+
+@pytest.mark.parametrize(
+    "fn, shape, op",
+    [
+        (lambda x: F.max_pool2d(x, 2, return_indices=True), (3, 6, 6), _MAX2D),
+        (lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True, ceil_mode=True), (3, 7, 5), _MAX2D),
+        (lambda x: F.max_pool1d(x, 2, return_indices=True), (3, 8), _MAX2D),
+        (lambda x: F.max_pool3d(x, 2, return_indices=True), (3, 4, 4, 4), "aten.max_pool3d_with_indices.default"),
+        (lambda x: F.max_pool2d(x, 2), (3, 6, 6), _MAX2D),
+    ],
+    ids=["2d", "2d-ceil-pad", "1d", "3d", "2d-values-only"],
+)
+def test_max_pool_with_indices_unbatched(fn, shape, op):
+    _check(fn, torch.randn(shape), op)  # assert_close also compares the int64 indices exactly

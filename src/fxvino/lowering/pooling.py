@@ -25,6 +25,21 @@ def _maxpool_ok(node: torch.fx.Node) -> str | None:
     return None
 
 
+def _fit_kernel(node: torch.fx.Node, kernel: list[int], padding: list[int], dilation: list[int]) -> list[int]:
+    """The kernel cut to the padded input where it is larger (static sizes, no dilation).
+
+    With ``ceil_mode`` PyTorch accepts a window larger than the padded input (EfficientNet's
+    head pools a 7x7 map with kernel 1280) and gives one output over the whole padded extent,
+    averaged over ``min(kernel, size + 2 * pad)``; OpenVINO rejects such a kernel. The cut kernel
+    computes the same window and divisor.
+    """
+    sizes = list(h.meta(node.args[0]).shape)[-len(kernel) :]
+    return [
+        min(k, i + 2 * p) if isinstance(i, int) and d == 1 else k
+        for k, i, p, d in zip(kernel, sizes, padding, dilation, strict=True)
+    ]
+
+
 @lowers(aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default, validator=_maxpool_ok)
 def max_pool_with_indices(ctx, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     spatial = 2 if node.target is aten.max_pool2d_with_indices.default else 3
@@ -32,6 +47,8 @@ def max_pool_with_indices(ctx, node, x, kernel_size, stride=(), padding=0, dilat
     stride = _expand(stride, spatial, kernel)
     padding = _expand(padding if isinstance(padding, (list, tuple)) else [padding], spatial)
     dilation = _expand(dilation if isinstance(dilation, (list, tuple)) else [dilation], spatial)
+    kernel = _fit_kernel(node, kernel, padding, dilation)
+    x, unbatched = _batched(x, kernel)
     pool = ops.max_pool(
         x,
         stride,
@@ -43,7 +60,10 @@ def max_pool_with_indices(ctx, node, x, kernel_size, stride=(), padding=0, dilat
         index_element_type="i64",
         axis=2,
     )
-    return (pool.output(0), pool.output(1))
+    values, indices = pool.output(0), pool.output(1)
+    if unbatched:  # indices count within each channel's plane, so they need no change
+        values, indices = h.squeeze(values, 0), h.squeeze(indices, 0)
+    return (values, indices)
 
 
 _AVG_SPATIAL = {aten.avg_pool1d.default: 1, aten.avg_pool2d.default: 2, aten.avg_pool3d.default: 3}
@@ -77,6 +97,7 @@ def avg_pool(
     if 0 in shape and all(isinstance(s, int) for s in shape):
         # Nothing to average (AvgPool rejects a zero batch): an empty tensor of the shape.
         return ops.broadcast(h.cast_like(0, x), h.as_shape(shape)).output(0)
+    kernel = _fit_kernel(node, kernel, padding, [1] * spatial)
     x, unbatched = _batched(x, kernel)
     out = _avg_pool(node, x, spatial, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
     return h.squeeze(out, 0) if unbatched else out
