@@ -40,7 +40,9 @@ def test_causal_is_top_left_aligned(hq, hkv, length, keys):
 
 
 @pytest.mark.parametrize(
-    "mask_shape", [(2, 1, 5, 7), (1, 1, 1, 7), (5, 7), (2, 4, 5, 7), (4, 1, 7)], ids=["b1ls", "111s", "ls", "bhls", "h1s"]
+    "mask_shape",
+    [(2, 1, 5, 7), (1, 1, 1, 7), (5, 7), (2, 4, 5, 7), (4, 1, 7)],
+    ids=["b1ls", "111s", "ls", "bhls", "h1s"],
 )
 @pytest.mark.parametrize("kind", ["bool", "float"])
 def test_gqa_masks(mask_shape, kind):

@@ -28,3 +28,38 @@ def test_grouped_conv_transpose(spatial, groups, stride, padding, output_padding
     torch.testing.assert_close(out, fn(x, w, b), rtol=1e-4, atol=1e-4)
     assert_all_on_openvino(report)
     assert report.ov_ops["aten.convolution.default"] == 1, str(report)
+
+
+@pytest.mark.parametrize(
+    "transposed, groups, stride, padding, output_padding",
+    [(False, 1, 1, 1, 0), (False, 2, 2, 0, 0), (True, 1, 2, 1, 1), (True, 2, 1, 0, 0)],
+    ids=["conv", "grouped", "transposed", "transposed-grouped"],
+)
+def test_underscore_convolution(transposed, groups, stride, padding, output_padding):
+    """``torch._convolution`` (its cuDNN/benchmark flags change nothing on CPU) maps onto the convolution."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 4, 7, 7)
+    w = torch.randn(4, 4 // groups, 3, 3) if not transposed else torch.randn(4, 6 // groups, 3, 3)
+    b = torch.randn(6 if transposed else 4)
+
+    def fn(x, w, b):
+        return torch._convolution(
+            x,
+            w,
+            b,
+            [stride] * 2,
+            [padding] * 2,
+            [1, 1],
+            transposed,
+            [output_padding] * 2,
+            groups,
+            False,
+            False,
+            True,
+            True,
+        )
+
+    out, report = run_fxvino(fn, x, w, b)
+    torch.testing.assert_close(out, fn(x, w, b), rtol=1e-4, atol=1e-4)
+    assert_all_on_openvino(report)
+    assert report.ov_ops["aten._convolution.default"] == 1, str(report)

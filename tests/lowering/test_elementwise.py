@@ -74,3 +74,21 @@ def test_cdist_and_pdist(p):
     torch.testing.assert_close(out, fn(a, b, c))
     assert_all_on_openvino(report)
     assert {"aten._cdist_forward.default", "aten._pdist_forward.default"} <= set(report.ov_ops)
+
+
+def test_erfc():
+    x = torch.linspace(-4, 4, 101)
+    out, report = run_fxvino(torch.erfc, x)
+    torch.testing.assert_close(out, torch.erfc(x), rtol=1e-5, atol=1e-6)
+    assert_all_on_openvino(report)
+    assert report.ov_ops["aten.erfc.default"] == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_silu_in_low_precision(dtype):
+    """Swish's default beta is f32: an f16/bf16 input failed to lower before beta took its type."""
+    x = torch.randn(64).to(dtype)
+    out, report = run_fxvino(torch.nn.functional.silu, x)
+    torch.testing.assert_close(out, torch.nn.functional.silu(x))
+    assert_all_on_openvino(report)
+    assert report.ov_ops["aten.silu.default"] == 1

@@ -44,3 +44,15 @@ def test_normalize_runs_on_openvino():
     out, report = run_fxvino(lambda x: torch.nn.functional.normalize(x, dim=-1), x, fullgraph=True)
     torch.testing.assert_close(out, torch.nn.functional.normalize(x, dim=-1))
     assert_all_on_openvino(report)
+
+
+@pytest.mark.parametrize("dim, correction, keepdim", [(1, 0, False), ((0, 2), 1, True), (None, 1, False)])
+def test_var_mean(dim, correction, keepdim):
+    x = torch.randn(4, 6, 5)
+
+    def fn(x):
+        return torch.var_mean(x, dim=dim, correction=correction, keepdim=keepdim)
+
+    out, report = run_fxvino(fn, x)
+    torch.testing.assert_close(out, fn(x))
+    assert_all_on_openvino(report)

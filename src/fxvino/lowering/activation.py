@@ -23,7 +23,8 @@ def gelu(ctx, node, x, approximate="none"):
 
 @lowers(aten.silu.default)
 def silu(ctx, node, x):
-    return ops.swish(x).output(0)
+    # Swish's default beta is an f32 constant, which f16/bf16 inputs reject: give it x's type.
+    return ops.swish(x, h.const(1.0, h.dtype_of(x))).output(0)
 
 
 @lowers(aten.hardswish.default)

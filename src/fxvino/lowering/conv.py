@@ -52,3 +52,11 @@ def convolution(ctx, node, x, w, bias, stride, padding, dilation, transposed, ou
         b = h.reshape(h.cast(bias, h.out_dtype(node)), [1, -1] + [1] * spatial)
         y = ops.add(y, b).output(0)
     return y
+
+
+@lowers(aten._convolution.default, validator=_conv_ok)
+def convolution_with_backend_flags(
+    ctx, node, x, w, bias, stride, padding, dilation, transposed, output_padding, groups, *backend_flags
+):
+    """``torch._convolution``: the convolution plus cuDNN/benchmark flags that change nothing on CPU."""
+    return convolution(ctx, node, x, w, bias, stride, padding, dilation, transposed, output_padding, groups)

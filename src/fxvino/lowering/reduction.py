@@ -103,6 +103,14 @@ def var(ctx, node, x, dim=None, unbiased=None, keepdim=False, *, correction=None
     return ops.divide(sq, denom).output(0)
 
 
+@lowers(aten.var_mean.correction)
+def var_mean(ctx, node, x, dim=None, *, correction=None, keepdim=False):
+    """(var, mean): the variance as :func:`var` computes it, and the mean over the same dims."""
+    variance = var(ctx, node, x, dim, keepdim=keepdim, correction=correction)
+    mu = mean(ctx, node, x, dim, keepdim)
+    return (variance, mu)
+
+
 @lowers(aten.linalg_vector_norm.default)
 def linalg_vector_norm(ctx, node, x, ord=2, dim=None, keepdim=False, *, dtype=None):
     """The p-norm over ``dim``: L1/L2 map to ReduceL1/ReduceL2, +-inf to max/min of |x|,
