@@ -32,3 +32,40 @@ def test_view_keeps_values():
     out, report = run_fxvino(fn, x, fullgraph=True)
     torch.testing.assert_close(out, fn(x), rtol=0, atol=0)
     assert_all_on_openvino(report)
+
+
+@pytest.mark.parametrize(
+    "shape, dim, size, step",
+    [
+        ((2, 9, 4), 1, 3, 2),
+        ((10,), 0, 4, 3),
+        ((3, 5, 6), -1, 2, 2),
+        ((2, 7, 3), 1, 7, 1),
+        ((4, 4), 0, 1, 1),
+        ((), 0, 1, 1),
+    ],
+    ids=["mid", "1d", "last", "one-window", "size-1", "0d"],
+)
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_unfold(shape, dim, size, step, dynamic):
+    def fn(x):
+        return x.unfold(dim, size, step) * 2
+
+    x = torch.randn(shape)
+    out, report = run_fxvino(fn, x, dynamic=dynamic)
+    torch.testing.assert_close(out, fn(x))
+    assert_all_on_openvino(report)
+
+
+def test_unfold_dynamic_lengths_compile_once():
+    import fxvino
+
+    def fn(x):
+        return x.unfold(1, 4, 3).sum(-1)
+
+    compiled = torch.compile(fn, backend="fxvino", dynamic=True)
+    with fxvino.collect_reports() as report, torch.no_grad():
+        for n in (7, 10, 13, 30):
+            x = torch.randn(2, n, 3)
+            torch.testing.assert_close(compiled(x), fn(x))
+    assert len(report.graphs) == 1 and report.ov_ops["aten.unfold.default"] == 1, str(report)

@@ -165,3 +165,27 @@ def roll(ctx, node, x, shifts, dims=()):
     return ops.roll(
         x, h.const(list(shifts), torch.int64), h.const([h.norm_dim(d, r) for d in dims], torch.int64)
     ).output(0)
+
+
+@lowers(aten.unfold.default)
+def unfold(ctx, node, x, dimension, size, step):
+    """``x.unfold(dim, size, step)``: window ``i`` along ``dim`` is ``x[i*step : i*step+size]``,
+    as a new last axis. One Gather with an ``[n, size]`` index (``i*step + j``), then the window
+    axis moves to the end."""
+    r = h.rank(x)
+    if r == 0:  # a 0-d tensor unfolds into one window of its single value
+        return h.unsqueeze(x, 0)
+    d = h.norm_dim(dimension, r)
+    length = h.dim(x, d)
+    if isinstance(length, int) or h.static_shape(x)[d] is not None:
+        count = (h.static_shape(x)[d] - size) // step + 1
+    else:
+        count = ops.add(
+            h.floor_div(ops.subtract(length, h.const(size, torch.int64)), h.const(step, torch.int64)),
+            h.const(1, torch.int64),
+        ).output(0)
+    starts = ops.multiply(h.arange(count), h.const(step, torch.int64))
+    index = ops.add(h.unsqueeze(starts.output(0), 1), h.unsqueeze(h.arange(size), 0)).output(0)
+    windows = ops.gather(x, index, h.const(d, torch.int64)).output(0)  # [..., n, size, ...]
+    order = [*range(d + 1), *range(d + 2, r + 1), d + 1]
+    return h.transpose(windows, order)
