@@ -80,6 +80,7 @@ def _split_and_compile(
     isolated node names its parts after itself: "g0/0.0.fused_0.fused_1").
     """
     _decline_orphan_getitems(reasons)
+    _keep_views_real(reasons)
     _record_torch_nodes(job.report, reasons)
     calls = list(reasons)
     if calls and all(why is None for why in reasons.values()):
@@ -114,6 +115,25 @@ def _decline_orphan_getitems(reasons: dict[torch.fx.Node, str | None]) -> None:
             src = n.args[0]
             if isinstance(src, torch.fx.Node) and reasons.get(src) is not None:
                 reasons[n] = reasons[src]
+
+
+# Ops that read their input's storage rather than its values.
+_STORAGE_READERS = frozenset({torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_copy.default})
+
+
+def _keep_views_real(reasons: dict[torch.fx.Node, str | None]) -> None:
+    """An as_strided that runs in PyTorch reads its input's storage, so the chain of views that
+    makes its input must run in PyTorch too: an OpenVINO partition would hand it a fresh
+    contiguous tensor in place of the view, and it would read the wrong elements."""
+    for n, why in list(reasons.items()):
+        if why is None or n.target not in _STORAGE_READERS:
+            continue
+        x = n.args[0]
+        while isinstance(x, torch.fx.Node) and x in reasons and isinstance(x.target, torch._ops.OpOverload):
+            if not x.target.is_view:
+                break
+            reasons[x] = reasons[x] or "a view read through its storage by an as_strided that runs in PyTorch"
+            x = x.args[0]
 
 
 def _record_torch_nodes(report: GraphReport, reasons: dict[torch.fx.Node, str | None]) -> None:

@@ -369,13 +369,36 @@ def test_as_strided():
     _check(scatter, x, src, ops=["aten.as_strided_scatter.default"])
 
 
-def test_as_strided_non_contiguous_declined():
-    x = torch.randn(6, 4).t()
+@pytest.mark.parametrize(
+    "fn, shape",
+    [
+        (lambda x: torch.as_strided(x.t(), (2, 3), (1, 2)), (4, 5)),
+        (lambda x: torch.as_strided(x[1:, 2:], (2, 2), (5, 1)), (4, 5)),  # offset taken from the view
+        (lambda x: torch.as_strided(x[1:], (3, 2), (5, 2), 6), (4, 5)),  # explicit storage offset
+        (lambda x: torch.as_strided(x.expand(3, 4), (3, 2), (0, 1)), (1, 4)),
+        (lambda x: torch.as_strided(torch.as_strided(x, (3, 4), (4, 1)), (2, 2), (4, 2), 1), (12,)),
+        (lambda x: torch.as_strided(x, (2, 2), (1, 2)) * 2, "transposed input"),
+    ],
+    ids=["transpose", "slice", "slice-offset", "expand", "chained", "non-contiguous-input"],
+)
+def test_as_strided_of_views(fn, shape):
+    """as_strided addresses storage: each position read maps back to the view's element there."""
+    x = torch.randn(6, 4).t() if shape == "transposed input" else torch.randn(shape)
+    out, report = run_fxvino(fn, x, fullgraph=True)
+    torch.testing.assert_close(out, fn(x), rtol=0, atol=0)
+    assert_all_on_openvino(report)
+
+
+def test_as_strided_outside_its_base_runs_in_pytorch_with_the_real_views():
+    """The input is a view of a larger storage: as_strided reads past it, so it and the views
+    leading to it run in PyTorch (an OpenVINO partition would hand it a fresh contiguous copy)."""
 
     def fn(x):
-        return torch.as_strided(x, (2, 2), (1, 2)) * 2
+        return torch.as_strided(x.t()[1:], (2, 2), (5, 1), 0) * 2  # position 0 is outside x
 
+    x = torch.randn(4, 5)[:, 1:3]
     out, report = run_fxvino(fn, x, fullgraph=True)
     torch.testing.assert_close(out, fn(x))
     reasons = [fb.reason for fb in report.fallbacks if fb.op == "aten.as_strided.default"]
-    assert reasons and "non-contiguous" in reasons[0], str(report)
+    assert reasons and "outside the tensor its view chain starts from" in reasons[0], str(report)
+    assert report.torch_ops["aten.slice.Tensor"] == 1, str(report)

@@ -410,11 +410,65 @@ def _strided_positions(size, stride, offset) -> np.ndarray:
     return pos
 
 
-@lowers(aten.as_strided.default, aten.as_strided_copy.default, validator=_as_strided_ok)
+def view_base(node: torch.fx.Node) -> torch.fx.Node:
+    """The tensor whose storage ``node``'s as_strided reads: up its chain of view ops."""
+    x = node.args[0]
+    while (
+        x.op == "call_function"
+        and isinstance(x.target, torch._ops.OpOverload)
+        and x.target.is_view
+        and isinstance(x.args[0], torch.fx.Node)
+    ):
+        x = x.args[0]
+    return x
+
+
+def _view_gather_index(node, base: torch.fx.Node) -> np.ndarray | str:
+    """The flat (logical) index into ``base`` of every element the as_strided ``node`` reads, or why not.
+
+    as_strided addresses storage. OpenVINO only has values, so each storage position read is mapped
+    back to the element of ``base`` (the first non-view ancestor, whose fake tensor records its
+    strides and offset) that lives there: views in between (transpose, slice, expand, another
+    as_strided) change nothing. Positions outside ``base`` (a graph input that is itself a view of
+    a larger storage) cannot be read.
+    """
+    x = h.meta(base)
+    size, stride = node.args[1], node.args[2]
+    offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
+    if offset is None:
+        offset = h.meta(node.args[0]).storage_offset()
+    if not all(isinstance(v, int) for v in (*x.shape, *x.stride(), x.storage_offset(), *size, *stride, offset)):
+        return "as_strided needs static sizes, strides and storage offsets"
+    if any(st < 0 for st in stride) or offset < 0:
+        return "as_strided with negative stride or offset"
+    held = _strided_positions(list(x.shape), list(x.stride()), x.storage_offset()).reshape(-1)
+    read = _strided_positions(list(size), list(stride), offset)
+    if read.size == 0:
+        return read
+    lookup = np.full(int(max(held.max(initial=0), read.max())) + 1, -1, dtype=np.int64)
+    lookup[held] = np.arange(held.size, dtype=np.int64)
+    index = lookup[read]
+    if (index < 0).any():
+        return "as_strided reads storage outside the tensor its view chain starts from"
+    return index
+
+
+def _as_strided_view_ok(node):
+    index = _view_gather_index(node, view_base(node))
+    return index if isinstance(index, str) else None
+
+
+@lowers(aten.as_strided.default, aten.as_strided_copy.default, validator=_as_strided_view_ok)
 def as_strided(ctx, node, x, size, stride, storage_offset=None):
-    size, stride, offset = _strided_layout(node)
-    pos = _strided_positions(size, stride, offset)
-    return ops.gather(_flat(x), h.const(pos, torch.int64), h.const(0, torch.int64)).output(0)
+    base = view_base(node)
+    if base not in ctx.env:  # the chain starts outside this partition: read what the input holds
+        base = node.args[0]
+    index = _view_gather_index(node, base)
+    if isinstance(index, str):
+        raise ValueError(index)
+    if index.size == 0:
+        return ops.broadcast(h.cast_like(0, x), h.const(list(size), torch.int64)).output(0)
+    return ops.gather(_flat(ctx.env[base]), h.const(index, torch.int64), h.const(0, torch.int64)).output(0)
 
 
 @lowers(aten.as_strided_scatter.default, validator=_as_strided_ok)
