@@ -104,6 +104,8 @@ class CompiledPartition:
                     a = args[spec.position]
                 elif kind == "seed":
                     a = draw_seed()
+                elif kind == "symfloat":
+                    a = torch.tensor(float(args[spec.position]), dtype=torch.float64)
                 else:
                     a = torch.tensor(int(args[spec.position]))
                 view = slot.inputs.get(i)
@@ -129,4 +131,8 @@ def _take(slot: _Request, spec: OutputSpec) -> Any:
         return spec.value
     if spec.kind == "symint":
         return int(slot.request.get_output_tensor(spec.index).data)
+    if spec.kind == "symfloat":
+        return float(slot.request.get_output_tensor(spec.index).data)
+    if spec.kind == "symbool":
+        return bool(slot.request.get_output_tensor(spec.index).data)
     return slot.output(spec.index, spec.dtype)

@@ -24,6 +24,7 @@ FAMILIES = (
     "resample",
     "backward",
     "random",
+    "dynamic_output",
     "declined",
 )
 

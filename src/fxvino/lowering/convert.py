@@ -37,14 +37,14 @@ class LoweringError(RuntimeError):
 class InputSpec:
     """One runtime input of the OpenVINO model: a tensor, a symbolic int fed as i64, or a seed."""
 
-    kind: str  # "tensor" | "symint" | "seed" (random bits for this call, see lowering/random.py)
+    kind: str  # "tensor" | "symint" | "symfloat" | "seed" (random bits for this call, see lowering/random.py)
     position: int  # index into the partition's runtime arguments (-1 for "seed")
 
 
 @dataclasses.dataclass(frozen=True)
 class OutputSpec:
-    kind: str  # "tensor" | "symint" | "python"
-    index: int = -1  # OpenVINO output index for tensor/symint
+    kind: str  # "tensor" | "symint" | "symfloat" | "symbool" | "python"
+    index: int = -1  # OpenVINO output index for tensor/sym*
     value: Any = None  # the Python value for kind == "python"
     dtype: torch.dtype | None = None
 
@@ -110,6 +110,12 @@ def lower_graph(gm: torch.fx.GraphModule, constants: Mapping[int, torch.Tensor],
                     sym_sources[key] = h.dim(p.output(0), d)
         elif isinstance(val, torch.SymInt):
             pending_syms.append((pos, node))
+        elif isinstance(val, torch.SymFloat):  # e.g. a float .item() computed before this partition
+            p = ops.parameter(ov.PartialShape([]), ov.Type.f64, name=node.name)
+            params.append(p)
+            inputs.append(InputSpec("symfloat", pos))
+            runtime_positions.append(pos)
+            ctx.env[node] = p.output(0)
         elif isinstance(val, (int, float, bool)) or val is None:
             ctx.env[node] = val
             runtime_positions.append(pos)  # still passed; ignored by the model
@@ -201,9 +207,15 @@ def _result(node: Any, results: list[ov.Node], env: dict) -> OutputSpec:
     if not isinstance(node, torch.fx.Node):
         return OutputSpec("python", value=node)
     lowered, val = env[node], node.meta.get("val")
+    if isinstance(val, torch.SymBool) or (isinstance(val, bool) and h.is_output(lowered)):
+        results.append(ops.result(h.cast(lowered, torch.bool)))
+        return OutputSpec("symbool", index=len(results) - 1)
     if isinstance(val, torch.SymInt) or (isinstance(val, int) and h.is_output(lowered)):
         results.append(ops.result(h.cast(lowered, torch.int64)))
         return OutputSpec("symint", index=len(results) - 1)
+    if isinstance(val, torch.SymFloat) or (isinstance(val, float) and h.is_output(lowered)):
+        results.append(ops.result(h.cast(lowered, torch.float64)))
+        return OutputSpec("symfloat", index=len(results) - 1)
     if not h.is_output(lowered):
         return OutputSpec("python", value=lowered)
     if not isinstance(val, torch.Tensor):

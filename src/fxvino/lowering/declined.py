@@ -13,15 +13,6 @@ declines(
     reason="a random permutation needs a sort of random keys per call (rand, randn and dropout are lowered)",
 )
 declines(
-    aten.nonzero.default,
-    reason="data-dependent output shape",
-)
-declines(
-    aten._local_scalar_dense.default,
-    reason="reads a tensor value back into Python (.item())",
-)
-declines(
-    aten.sym_storage_offset.default,
     aten.sym_stride.int,
     reason="memory layout queries have no meaning for OpenVINO values",
 )

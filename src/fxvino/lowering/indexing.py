@@ -49,9 +49,27 @@ def gather(ctx, node, x, dim, index, *, sparse_grad=False):
 def _index_ok(node: torch.fx.Node) -> str | None:
     indices = node.args[1]
     for i in indices:
-        if i is not None and h.meta(i).dtype == torch.bool:
-            return "boolean mask indexing has a data-dependent output shape"
+        if i is not None and h.meta(i).dtype in (torch.bool, torch.uint8) and h.meta(i).dim() == 0:
+            return "indexing with a 0-d boolean mask"
     return None
+
+
+def _mask_to_positions(indices: list) -> list:
+    """Boolean masks become the int index tensors of their True positions (NonZero), one per dim
+    they cover: ``x[mask]`` is ``x[mask.nonzero().unbind(1)]`` (a data-dependent size)."""
+    out: list = []
+    for i in indices:
+        if i is None or h.dtype_of(i) not in (torch.bool, torch.uint8):
+            out.append(i)
+            continue
+        found = ops.non_zero(i, "i64").output(0)  # [rank, N]
+        rank = h.rank(i)
+        if rank == 1:
+            out.append(h.squeeze(found, 0))
+        else:
+            parts = ops.split(found, h.const(0, torch.int64), rank)
+            out.extend(h.squeeze(parts.output(k), 0) for k in range(rank))
+    return out
 
 
 @lowers(aten.index.Tensor, validator=_index_ok)
@@ -61,6 +79,7 @@ def index(ctx, node, x, indices):
     Indexed dims move to the front and GatherND picks them; torch keeps the result dims in
     place of the indexed block when those dims are adjacent, else puts them first.
     """
+    indices = _mask_to_positions(list(indices))
     r = h.rank(x)
     present = [d for d, i in enumerate(indices) if i is not None]
     rest = [d for d in range(r) if d not in present]

@@ -73,7 +73,7 @@ def decline_reason(node: torch.fx.Node, disabled: frozenset = frozenset()) -> st
     entry = REGISTRY.get(target)
     if entry is None:
         return "no OpenVINO lowering"
-    if "val" not in node.meta:
+    if "val" not in node.meta and node.users:  # (checks such as _assert_scalar have no value and no users)
         return "no shape/dtype metadata on the node"
     tensors = [v for v in _meta_values(node) if isinstance(v, torch.Tensor)]
     for a in node.all_input_nodes:

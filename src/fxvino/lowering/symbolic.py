@@ -29,6 +29,17 @@ def sym_numel(ctx, node, x):
     return ops.reduce_prod(h.shape_of(x), h.const(0, torch.int64), False).output(0)
 
 
+def _static_offset(node: torch.fx.Node) -> str | None:
+    return None if isinstance(h.meta(node), int) else "a symbolic storage offset is a memory layout query"
+
+
+@lowers(aten.sym_storage_offset.default, validator=_static_offset)
+def sym_storage_offset(ctx, node, x):
+    """Where a view starts in its base's storage: eager's value, which the fake tensor knows
+    (0 for fresh tensors, the slice start for views; lowerings that read storage use it)."""
+    return h.const(h.meta(node), torch.int64)
+
+
 def _symnum(node: torch.fx.Node) -> str | None:
     """Shape arithmetic only: Python/symbolic ints and floats, never tensors."""
     ok = isinstance(h.meta(node), (int, float, torch.SymInt, torch.SymFloat)) and not isinstance(h.meta(node), bool)
