@@ -75,7 +75,8 @@ class CompiledPartition:
         self._copy_in: list[tuple[int, torch.dtype]] = []
         for i, (spec, port) in enumerate(zip(self.inputs, compiled.inputs, strict=True)):
             shape = port.get_partial_shape()
-            if spec.kind not in ("tensor", "seed") or not shape.is_static or port.get_element_type() not in OV_TO_TORCH:
+            copyable = spec.kind in ("tensor", "complex", "seed") and port.get_element_type() in OV_TO_TORCH
+            if not copyable or not shape.is_static:
                 continue
             nbytes = port.get_element_type().size * math.prod(int(d) for d in shape.to_shape())
             if nbytes <= COPY_IN_BYTES:
@@ -102,6 +103,8 @@ class CompiledPartition:
                 kind = spec.kind
                 if kind == "tensor":
                     a = args[spec.position]
+                elif kind == "complex":
+                    a = torch.view_as_real(args[spec.position].resolve_conj())
                 elif kind == "seed":
                     a = draw_seed()
                 elif kind == "symfloat":
@@ -129,6 +132,8 @@ class CompiledPartition:
 def _take(slot: _Request, spec: OutputSpec) -> Any:
     if spec.kind == "python":
         return spec.value
+    if spec.kind == "complex":
+        return torch.view_as_complex(slot.output(spec.index, torch.float32))
     if spec.kind == "symint":
         return int(slot.request.get_output_tensor(spec.index).data)
     if spec.kind == "symfloat":

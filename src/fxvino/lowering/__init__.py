@@ -25,6 +25,7 @@ FAMILIES = (
     "backward",
     "random",
     "dynamic_output",
+    "fft",
     "declined",
 )
 

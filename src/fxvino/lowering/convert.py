@@ -19,8 +19,8 @@ import torch
 import torch.fx
 
 from fxvino.lowering import helpers as h
-from fxvino.lowering.registry import REGISTRY, op_name
-from fxvino.lowering.types import ov_type, to_numpy
+from fxvino.lowering.registry import entry_for, op_name
+from fxvino.lowering.types import ov_type, real_dtype, to_numpy
 
 
 class LoweringError(RuntimeError):
@@ -37,13 +37,13 @@ class LoweringError(RuntimeError):
 class InputSpec:
     """One runtime input of the OpenVINO model: a tensor, a symbolic int fed as i64, or a seed."""
 
-    kind: str  # "tensor" | "symint" | "symfloat" | "seed" (random bits for this call, see lowering/random.py)
+    kind: str  # "tensor" | "complex" | "symint" | "symfloat" | "seed" (random bits per call, lowering/random.py)
     position: int  # index into the partition's runtime arguments (-1 for "seed")
 
 
 @dataclasses.dataclass(frozen=True)
 class OutputSpec:
-    kind: str  # "tensor" | "symint" | "symfloat" | "symbool" | "python"
+    kind: str  # "tensor" | "complex" | "symint" | "symfloat" | "symbool" | "python"
     index: int = -1  # OpenVINO output index for tensor/sym*
     value: Any = None  # the Python value for kind == "python"
     dtype: torch.dtype | None = None
@@ -98,10 +98,12 @@ def lower_graph(gm: torch.fx.GraphModule, constants: Mapping[int, torch.Tensor],
             t = constants[pos].detach()
             ctx.env[node] = _constant(t)
         elif isinstance(val, torch.Tensor):
-            shape = ov.PartialShape([d if isinstance(d, int) else -1 for d in val.shape])
-            p = ops.parameter(shape, ov_type(val.dtype), name=node.name)
+            dims = [d if isinstance(d, int) else -1 for d in val.shape]
+            carried = val.is_complex()  # a complex tensor travels as its view_as_real: [..., 2]
+            shape = ov.PartialShape(dims + [2] if carried else dims)
+            p = ops.parameter(shape, ov_type(real_dtype(val.dtype)), name=node.name)
             params.append(p)
-            inputs.append(InputSpec("tensor", pos))
+            inputs.append(InputSpec("complex" if carried else "tensor", pos))
             runtime_positions.append(pos)
             ctx.env[node] = p.output(0)
             for d, size in enumerate(val.shape):
@@ -144,7 +146,7 @@ def lower_graph(gm: torch.fx.GraphModule, constants: Mapping[int, torch.Tensor],
         if node.op == "get_attr":
             ctx.env[node] = _constant(fetch_attr(gm, node.target))
         elif node.op == "call_function":
-            entry = REGISTRY.get(node.target)
+            entry = entry_for(node)
             if entry is None:
                 raise LoweringError(node, "no OpenVINO lowering")
             args = _map(node.args, ctx.env)
@@ -220,6 +222,11 @@ def _result(node: Any, results: list[ov.Node], env: dict) -> OutputSpec:
         return OutputSpec("python", value=lowered)
     if not isinstance(val, torch.Tensor):
         raise LoweringError(node, f"output has meta value {type(val).__name__}, expected a tensor")
+    if val.is_complex():  # carried as [..., 2] of the real dtype; the runtime views it as complex
+        if h.rank(lowered) != val.dim() + 1:
+            raise LoweringError(node, f"complex output of rank {h.rank(lowered) - 1}, torch's is {val.dim()}")
+        results.append(ops.result(h.cast(lowered, real_dtype(val.dtype))))
+        return OutputSpec("complex", index=len(results) - 1, dtype=val.dtype)
     if h.rank(lowered) != val.dim():
         raise LoweringError(node, f"lowered rank {h.rank(lowered)} differs from torch's {val.dim()}")
     results.append(ops.result(h.cast(lowered, val.dtype)))

@@ -17,11 +17,6 @@ declines(
     reason="memory layout queries have no meaning for OpenVINO values",
 )
 declines(
-    aten._fft_r2c.default,
-    aten._fft_c2r.default,
-    reason="complex tensors have no OpenVINO element type",
-)
-declines(
     aten.atan2.out,
     reason="out= variants never appear in functional graphs (atan2.default is lowered)",
 )

@@ -30,6 +30,10 @@ class Entry:
 
 # Filled at import time by the family modules' decorators and never mutated afterwards.
 REGISTRY: dict[Any, Entry] = {}
+# Lowerings for nodes that touch complex tensors (carried as a trailing dim of 2, lowering/fft.py).
+# A node with a complex input or output uses this entry, never its real one.
+COMPLEX: dict[Any, Entry] = {}
+COMPLEX_DTYPES = frozenset({torch.complex64})
 
 
 def lowers(*targets: Any, validator: Validator | None = None) -> Callable[[Lowering], Lowering]:
@@ -48,6 +52,29 @@ def lowers(*targets: Any, validator: Validator | None = None) -> Callable[[Lower
         return fn
 
     return wrap
+
+
+def lowers_complex(*targets: Any, validator: Validator | None = None) -> Callable[[Lowering], Lowering]:
+    """Register the lowering of ``targets`` for nodes that read or make complex tensors."""
+
+    def wrap(fn: Lowering) -> Lowering:
+        for t in targets:
+            if t in COMPLEX:
+                raise RuntimeError(f"{t} has two complex lowerings")
+            COMPLEX[t] = Entry(t, fn, validator, "fft")
+        return fn
+
+    return wrap
+
+
+def involves_complex(node: torch.fx.Node) -> bool:
+    vals = _meta_values(node) + [v for a in node.all_input_nodes for v in _meta_values(a)]
+    return any(isinstance(v, torch.Tensor) and v.is_complex() for v in vals)
+
+
+def entry_for(node: torch.fx.Node) -> Entry | None:
+    """The lowering ``node`` uses: the complex one when it touches complex tensors."""
+    return COMPLEX.get(node.target) if involves_complex(node) else REGISTRY.get(node.target)
 
 
 def declines(*targets: Any, reason: str) -> None:
@@ -70,8 +97,11 @@ def decline_reason(node: torch.fx.Node, disabled: frozenset = frozenset()) -> st
     target = node.target
     if target in disabled:
         return "listed in disabled_ops"
-    entry = REGISTRY.get(target)
+    complex_node = involves_complex(node)
+    entry = COMPLEX.get(target) if complex_node else REGISTRY.get(target)
     if entry is None:
+        if complex_node and target in REGISTRY:
+            return "complex tensors: this op has no complex lowering"
         return "no OpenVINO lowering"
     if "val" not in node.meta and node.users:  # (checks such as _assert_scalar have no value and no users)
         return "no shape/dtype metadata on the node"
@@ -79,7 +109,7 @@ def decline_reason(node: torch.fx.Node, disabled: frozenset = frozenset()) -> st
     for a in node.all_input_nodes:
         tensors += [v for v in _meta_values(a) if isinstance(v, torch.Tensor)]
     for t in tensors:
-        if not is_supported_dtype(t.dtype):
+        if not is_supported_dtype(t.dtype) and not (complex_node and t.dtype in COMPLEX_DTYPES):
             return f"dtype {t.dtype} has no OpenVINO element type"
         if t.device.type != "cpu":
             return f"tensor on device {t.device}; fxvino takes CPU tensors"

@@ -38,6 +38,11 @@ def torch_dtype(t: ov.Type) -> torch.dtype:
         raise TypeError(f"no torch dtype for OpenVINO element type {t}") from None
 
 
+def real_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The element type a tensor travels as: complex64 as float32 pairs ([..., 2]), others as themselves."""
+    return torch.float32 if dtype == torch.complex64 else dtype
+
+
 def is_supported_dtype(dtype: torch.dtype) -> bool:
     return dtype in TORCH_TO_OV
 
