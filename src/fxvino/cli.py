@@ -13,7 +13,7 @@ def _ops(args: argparse.Namespace) -> int:
     if args.markdown:
         return _ops_markdown(args)
     from fxvino.lowering import ensure_registered
-    from fxvino.lowering.registry import REGISTRY, op_name
+    from fxvino.lowering.registry import all_entries, op_name
 
     ensure_registered()
     core = {
@@ -24,14 +24,14 @@ def _ops(args: argparse.Namespace) -> int:
         if torch.Tag.core in getattr(packet, o).tags
     }
     by_family: dict[str, list[str]] = defaultdict(list)
-    for target, entry in REGISTRY.items():
+    for target, entry in all_entries().items():
         by_family[entry.family].append(op_name(target) + (" (validated)" if entry.validator else ""))
     for family in sorted(by_family):
         print(f"{family} ({len(by_family[family])})")
         for name in sorted(by_family[family]):
             print(f"  {name}")
-    lowered = {op_name(t) for t, e in REGISTRY.items() if e.family != "declined"}
-    declined = {op_name(t) for t, e in REGISTRY.items() if e.family == "declined"}
+    lowered = {op_name(t) for t, e in all_entries().items() if e.family != "declined"}
+    declined = {op_name(t) for t, e in all_entries().items() if e.family == "declined"}
     missing = sorted(core - lowered - declined)
     print(
         f"\nCore ATen overloads: {len(core)}; lowered: {len(core & lowered)}; "

@@ -141,12 +141,12 @@ def format_core_summary(cases: Iterable[Case], dtype: str = "float32") -> list[s
 def declined_ops() -> dict[str, str]:
     """Ops the registry keeps in PyTorch on purpose (``registry.declines``), with the reason."""
     from fxvino.lowering import ensure_registered
-    from fxvino.lowering.registry import REGISTRY, op_name
+    from fxvino.lowering.registry import all_entries, op_name
 
     ensure_registered()
     return {
         op_name(t): e.validator(None) if e.validator else ""  # a decline's validator ignores the node
-        for t, e in REGISTRY.items()
+        for t, e in all_entries().items()
         if e.family == "declined"
     }
 
@@ -235,14 +235,14 @@ def dynamic_ops(path: Path = DEFAULT_DYNAMIC_TESTS) -> set[str] | None:
 def ops_rows(cases: list[Case], dynamic: set[str] | None) -> list[Row]:
     """One row per registered op, per Core ATen op and per ATen op the OpInfo graphs hold, by name."""
     from fxvino.lowering import ensure_registered
-    from fxvino.lowering.registry import REGISTRY, op_name
+    from fxvino.lowering.registry import all_entries, op_name
 
     ensure_registered()
     dtypes = [d for d in DTYPE_ORDER if any(c.dtype == d for c in cases)]
     passed = {d: {op for op, v in verdicts(cases, d).items() if v.passed} for d in dtypes}
     f32 = verdicts(cases, "float32")
     declined = declined_ops()
-    entries = {op_name(t): e for t, e in REGISTRY.items() if isinstance(t, torch._ops.OpOverload)}
+    entries = {op_name(t): e for t, e in all_entries().items() if isinstance(t, torch._ops.OpOverload)}
     rows = []
     seen = {op for c in cases for op in c.aten_ops if op.startswith("aten.")}
     for op in sorted(set(entries) | core_aten_ops() | seen):

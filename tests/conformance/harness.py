@@ -291,19 +291,25 @@ def trace_aten_ops(fn: Callable, args: tuple, kwargs: dict) -> set[str]:
 
     backend = aot_autograd(fw_compiler=record, decompositions=decomposition_table(Options()))
     torch._dynamo.reset()
-    with torch.no_grad():
+    with torch.no_grad(), capture_data_dependent():
         torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)(*args, **kwargs)
     return seen
+
+
+def capture_data_dependent() -> Any:
+    """Dynamo captures ``nonzero``-like ops and ``.item()`` into the graph (fxvino lowers them)
+    instead of graph-breaking, which ``fullgraph=True`` would turn into an error."""
+    return torch._dynamo.config.patch(capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True)
 
 
 @functools.cache
 def registered_ops() -> frozenset[str]:
     from fxvino.lowering import ensure_registered
-    from fxvino.lowering.registry import REGISTRY, op_name
+    from fxvino.lowering.registry import all_entries, op_name
 
     ensure_registered()
     # registry.declines() records ops kept in PyTorch on purpose under the family "declined".
-    return frozenset(op_name(t) for t, e in REGISTRY.items() if e.family != "declined")
+    return frozenset(op_name(t) for t, e in all_entries().items() if e.family != "declined")
 
 
 def core_or_registered(op: str) -> bool:
@@ -494,7 +500,7 @@ def _run_sample(
     torch._dynamo.reset()
     compiled = torch.compile(fn, backend="fxvino", fullgraph=True, dynamic=False)
     torch.manual_seed(42)
-    with fxvino.collect_reports() as report, torch.no_grad():
+    with fxvino.collect_reports() as report, torch.no_grad(), capture_data_dependent():
         try:
             actual = compiled(*args, **kwargs)
         except torch._dynamo.exc.BackendCompilerFailed as e:

@@ -67,6 +67,11 @@ def lowers_complex(*targets: Any, validator: Validator | None = None) -> Callabl
     return wrap
 
 
+def all_entries() -> dict[Any, Entry]:
+    """Every op with a lowering, real or complex (the complex-only FFT ops among them), for listings."""
+    return {**{t: e for t, e in COMPLEX.items() if t not in REGISTRY}, **REGISTRY}
+
+
 def involves_complex(node: torch.fx.Node) -> bool:
     vals = _meta_values(node) + [v for a in node.all_input_nodes for v in _meta_values(a)]
     return any(isinstance(v, torch.Tensor) and v.is_complex() for v in vals)
