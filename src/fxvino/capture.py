@@ -25,6 +25,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from fxvino import isolation, specialize
+from fxvino.decompositions import DECOMPOSITIONS
 from fxvino.lowering.convert import fetch_attr
 from fxvino.options import Options
 from fxvino.partition import partition_and_compile
@@ -99,6 +100,7 @@ def _decomposition_table(extra: tuple[torch._ops.OpOverload, ...]) -> dict[torch
     table = _core_aten_decompositions_post_autograd()
     table.update(get_decompositions(list(_EXPORT_EXTRAS)))
     table = {k: v for k, v in table.items() if k not in KEEP_UNDECOMPOSED}
+    table.update(DECOMPOSITIONS)
     table.update(get_decompositions(list(extra)))
     return table
 

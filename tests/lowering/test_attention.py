@@ -107,3 +107,45 @@ def test_llama_generate_fully_on_openvino(kv_heads):
         out = model.generate(ids, max_new_tokens=16, do_sample=False)
     assert torch.equal(out, expected)
     assert_all_on_openvino(report, partitions=None)
+
+
+@pytest.mark.parametrize(
+    "norm_first, activation, masked",
+    [(False, "relu", False), (False, "relu", True), (True, "gelu", False), (True, "gelu", True)],
+    ids=["post-norm", "post-norm-padding", "pre-norm-gelu", "pre-norm-gelu-padding"],
+)
+def test_transformer_encoder_fast_path(norm_first, activation, masked):
+    """Eval + no_grad takes aten._transformer_encoder_layer_fwd, which fxvino decomposes itself."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, norm_first=norm_first, activation=activation)
+    model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    x = torch.randn(2, 5, 16)
+    mask = torch.zeros(2, 5, dtype=torch.bool)
+    mask[1, 3:] = True  # the second sequence is padded after 3 tokens
+
+    def fn(x, mask):
+        return model(x, src_key_padding_mask=mask if masked else None)
+
+    with torch.no_grad():
+        expected = fn(x, mask)
+    out, report = run_fxvino(fn, x, mask)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    assert_all_on_openvino(report, partitions=None)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_multihead_attention_module(need_weights):
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(16, 2, batch_first=True).eval()
+    x = torch.randn(2, 5, 16)
+    mask = torch.zeros(2, 5, dtype=torch.bool)
+    mask[0, 4] = True
+
+    def fn(x, mask):
+        return mha(x, x, x, key_padding_mask=mask, need_weights=need_weights)[0]
+
+    with torch.no_grad():
+        expected = fn(x, mask)
+    out, report = run_fxvino(fn, x, mask)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    assert_all_on_openvino(report, partitions=None)
