@@ -122,18 +122,48 @@ _STORAGE_READERS = frozenset({torch.ops.aten.as_strided.default, torch.ops.aten.
 
 
 def _keep_views_real(reasons: dict[torch.fx.Node, str | None]) -> None:
-    """An as_strided that runs in PyTorch reads its input's storage, so the chain of views that
-    makes its input must run in PyTorch too: an OpenVINO partition would hand it a fresh
-    contiguous tensor in place of the view, and it would read the wrong elements."""
+    """Views whose *storage* matters run in PyTorch, where they are real views.
+
+    An as_strided that runs in PyTorch reads its input's storage: given an OpenVINO partition's
+    fresh contiguous copy of a view, it would read the wrong elements. And a graph output that
+    views an input with a data-dependent layout (``tensor_split`` at ``.item()`` positions) is
+    rebuilt by AOTAutograd from the returned tensor's own strides and storage offset, which a
+    copy does not have.
+    """
     for n, why in list(reasons.items()):
-        if why is None or n.target not in _STORAGE_READERS:
-            continue
-        x = n.args[0]
-        while isinstance(x, torch.fx.Node) and x in reasons and isinstance(x.target, torch._ops.OpOverload):
-            if not x.target.is_view:
-                break
-            reasons[x] = reasons[x] or "a view read through its storage by an as_strided that runs in PyTorch"
-            x = x.args[0]
+        if why is not None and n.target in _STORAGE_READERS:
+            _decline_view_chain(n.args[0], reasons, "a view read through its storage by an as_strided in PyTorch")
+    outputs = next((n for n in (list(reasons)[-1:] or []) for n in n.graph.find_nodes(op="output")), None)
+    for out in torch.utils._pytree.tree_leaves(outputs.args[0] if outputs is not None else ()):
+        if isinstance(out, torch.fx.Node) and _aliases_input_dynamically(out):
+            _decline_view_chain(
+                out,
+                reasons,
+                "an output viewing an input with a data-dependent layout is made in "
+                "PyTorch (AOTAutograd rebuilds it from the real view's strides and offset)",
+            )
+
+
+def _decline_view_chain(x: Any, reasons: dict[torch.fx.Node, str | None], why: str) -> None:
+    while isinstance(x, torch.fx.Node) and x in reasons and isinstance(x.target, torch._ops.OpOverload):
+        if not x.target.is_view:
+            break
+        reasons[x] = reasons[x] or why
+        x = x.args[0]
+
+
+def _aliases_input_dynamically(node: torch.fx.Node) -> bool:
+    """An output that views a graph input and whose layout holds unbacked (data-dependent) sizes:
+    AOTAutograd replays views for backed symbolic sizes, but rebuilds these from the tensor."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or not free_unbacked_symbols(val):
+        return False
+    x = node
+    while x.op == "call_function" and isinstance(x.target, torch._ops.OpOverload) and x.target.is_view:
+        x = x.args[0]
+    return x is not node and x.op == "placeholder"
 
 
 def _record_torch_nodes(report: GraphReport, reasons: dict[torch.fx.Node, str | None]) -> None:

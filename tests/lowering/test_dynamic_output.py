@@ -84,3 +84,32 @@ def test_item(fn, x):
 
 def test_item_sets_a_size():
     _check(lambda x, n: torch.zeros(n.item()) + x.sum(), torch.randn(4), torch.tensor(3))
+
+
+@pytest.mark.parametrize(
+    "fn, args",
+    [
+        (torch.repeat_interleave, (torch.tensor([0, 1, 2, 0, 3]),)),
+        (lambda x, r: torch.repeat_interleave(x, r, dim=1), (torch.randn(2, 3, 4), torch.tensor([0, 1, 2]))),
+    ],
+    ids=["indices", "dim"],
+)
+def test_repeat_interleave_with_tensor_repeats(fn, args):
+    report = _check(fn, *args)
+    assert report.ov_ops["aten.repeat_interleave.Tensor"] == 1
+
+
+def test_views_of_an_input_at_data_dependent_positions_are_real_views():
+    """tensor_split at .item() positions returns views of the input that AOTAutograd rebuilds from
+    the returned tensors' own strides and offsets: they are made in PyTorch, and are correct."""
+
+    def fn(x, i):
+        return torch.tensor_split(x, i, dim=2)
+
+    x, i = torch.randn(2, 3, 5), torch.tensor([1, 3])
+    out, report = run_fxvino(fn, x, i, fullgraph=True)
+    for a, b in zip(out, fn(x, i), strict=True):
+        torch.testing.assert_close(a, b)
+        assert a.storage_offset() == b.storage_offset() and a.stride() == b.stride()
+    assert report.torch_ops["aten.slice.Tensor"] == 3, str(report)
+    assert report.ov_ops["aten._local_scalar_dense.default"] == 2, str(report)

@@ -88,3 +88,15 @@ def sym_ite(ctx, node, cond, a, b):
     if h.is_output(a) and h.is_output(b) and h.dtype_of(a) == h.dtype_of(b):
         dtype = h.dtype_of(a)
     return ops.select(h.cast(cond, torch.bool), h.cast(a, dtype), h.cast(b, dtype)).output(0)
+
+
+@lowers(aten.repeat_interleave.Tensor)
+def repeat_interleave(ctx, node, repeats, *, output_size=None):
+    """``repeat_interleave(repeats)``: index ``i`` repeated ``repeats[i]`` times (a data-dependent
+    length). Output element ``j`` is the number of cumulative counts at or below ``j``."""
+    counts = h.cast(repeats, torch.int64)
+    ends = ops.cumsum(counts, h.const(0, torch.int64)).output(0)
+    total = output_size if output_size is not None else ops.reduce_sum(counts, h.const([0], torch.int64), False)
+    j = h.arange(total if isinstance(total, int) else total.output(0) if hasattr(total, "output") else total)
+    below = ops.less_equal(h.unsqueeze(ends, 0), h.unsqueeze(j, 1))
+    return ops.reduce_sum(h.cast(below.output(0), torch.int64), h.const([1], torch.int64), False).output(0)

@@ -38,16 +38,34 @@ def _matmul(a: ov.Output, b: ov.Output) -> ov.Output:
     return ops.matmul(a, b, False, False).output(0)
 
 
+def _zeros_if_empty(node: torch.fx.Node, a: ov.Output, b: ov.Output) -> ov.Output | None:
+    """Zeros of the product's shape when an operand has no elements (static), else None.
+
+    OpenVINO's compile fails on MatMul/FullyConnected over a zero-size operand (a zero batch
+    through ``nn.Linear``); torch gives an empty result, or zeros when the inner dim is 0.
+    """
+    if 0 not in h.static_shape(a) and 0 not in h.static_shape(b):
+        return None
+    shape = list(h.meta(node).shape)
+    if not all(isinstance(d, int) for d in shape):
+        return None
+    return ops.broadcast(h.const(0, h.out_dtype(node)), h.const(shape, torch.int64)).output(0)
+
+
 @lowers(aten.mm.default, aten.bmm.default, aten.matmul.default)
 def mm(ctx, node, a, b):
     a, b = h.to_out(node, a, b)
-    return _matmul(a, b)
+    empty = _zeros_if_empty(node, a, b)
+    return empty if empty is not None else _matmul(a, b)
 
 
 @lowers(aten.addmm.default, aten.baddbmm.default)
 def addmm(ctx, node, bias, a, b, *, beta=1, alpha=1):
     bias, a, b = h.to_out(node, bias, a, b)
-    prod = _scaled(node, _matmul(a, b), alpha)
+    empty = _zeros_if_empty(node, a, b)
+    if empty is not None and 0 in h.static_shape(empty):
+        return empty
+    prod = empty if empty is not None else _scaled(node, _matmul(a, b), alpha)
     if beta == 0:
         return prod
     return ops.add(prod, _scaled(node, bias, beta)).output(0)
@@ -63,6 +81,15 @@ def dot(ctx, node, a, b):
 def mv(ctx, node, a, b):
     a, b = h.to_out(node, a, b)
     return ops.matmul(a, b, False, False).output(0)
+
+
+@lowers(aten.addmv.default)
+def addmv(ctx, node, bias, mat, vec, *, beta=1, alpha=1):
+    bias, mat, vec = h.to_out(node, bias, mat, vec)
+    prod = _scaled(node, ops.matmul(mat, vec, False, False).output(0), alpha)
+    if beta == 0:
+        return prod
+    return ops.add(prod, _scaled(node, bias, beta)).output(0)
 
 
 def _p_norm(diff, p: float, axis: int):
