@@ -26,6 +26,7 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from fxvino import isolation, specialize
 from fxvino.decompositions import DECOMPOSITIONS
+from fxvino.graph_edit import placeholders_to_attrs
 from fxvino.lowering.convert import fetch_attr
 from fxvino.options import Options
 from fxvino.partition import partition_and_compile
@@ -354,20 +355,7 @@ def _frozen_inputs(gm: torch.fx.GraphModule, static: dict[int, torch.Tensor]) ->
 
 def _freeze(gm: torch.fx.GraphModule, frozen: dict[int, torch.Tensor]) -> None:
     """Replace frozen placeholders by get_attr nodes holding the real tensors."""
-    if not frozen:
-        return
-    placeholders = list(gm.graph.find_nodes(op="placeholder"))
-    first = next(n for n in gm.graph.nodes if n.op != "placeholder")
-    for i, t in frozen.items():
-        node = placeholders[i]
-        name = f"_fxvino_frozen_{i}"
-        gm.register_buffer(name, t.detach(), persistent=False)
-        with gm.graph.inserting_before(first):
-            attr = gm.graph.get_attr(name)
-        attr.meta = dict(node.meta)
-        node.replace_all_uses_with(attr)
-        gm.graph.erase_node(node)
-    gm.recompile()
+    placeholders_to_attrs(gm, frozen, "_fxvino_frozen_")
 
 
 # Folded results are copies we keep: only small ones are worth it (masks, position ids).

@@ -25,6 +25,7 @@ from torch.fx.passes.operator_support import OperatorSupport
 
 from fxvino import cache, isolation
 from fxvino.devices import core
+from fxvino.graph_edit import placeholders_to_attrs
 from fxvino.lowering import ensure_registered
 from fxvino.lowering.convert import LoweringError, fetch_attr, lower_graph
 from fxvino.lowering.registry import decline_reason, op_name
@@ -282,33 +283,13 @@ def _isolate(
     name: str,
 ) -> None:
     """Split ``sub`` around the blamed node: it runs in PyTorch, its neighbours on OpenVINO."""
-    _constants_to_attrs(sub, constants)
+    placeholders_to_attrs(sub, constants, "_fxvino_const_")
     calls = [n for n in sub.graph.nodes if n.op == "call_function"]
     reasons = {n: decline_reason(n, job.options.disabled_ops) for n in calls}
     reasons[blamed.node] = blamed.reason
     inner = _split_and_compile(sub, reasons, job, name)
     runtime_args = [a for i, a in enumerate(node.args) if i not in constants]
     _install(parent, node, _graph_forward(inner), single, runtime_args)
-
-
-def _constants_to_attrs(sub: torch.fx.GraphModule, constants: dict[int, Any]) -> None:
-    """Turn the placeholders that receive constants back into attributes of ``sub``, so the
-    partitions it is split into get them as OpenVINO constants again (weights stay frozen)."""
-    placeholders = list(sub.graph.find_nodes(op="placeholder"))
-    first = next((n for n in sub.graph.nodes if n.op != "placeholder"), None)
-    for i, value in constants.items():
-        ph = placeholders[i]
-        attr_name = f"_fxvino_const_{i}"
-        if isinstance(value, torch.Tensor):
-            sub.register_buffer(attr_name, value, persistent=False)
-        else:
-            setattr(sub, attr_name, value)
-        with sub.graph.inserting_before(first):
-            attr = sub.graph.get_attr(attr_name)
-        attr.meta = dict(ph.meta)
-        ph.replace_all_uses_with(attr)
-        sub.graph.erase_node(ph)
-    sub.recompile()
 
 
 def _to_fallback(parent, node, sub, single: bool, job: _Job, preport: PartitionReport, why: str) -> None:
@@ -400,7 +381,7 @@ class _GuardedPartition:
             reason = f"OpenVINO inference failed with it (found by bisection): {type(error).__name__}: " + (
                 first[0] if first else ""
             )
-            _constants_to_attrs(self.sub, self.constants)
+            placeholders_to_attrs(self.sub, self.constants, "_fxvino_const_")
             reasons = {
                 n: decline_reason(n, job.options.disabled_ops) for n in self.sub.graph.nodes if n.op == "call_function"
             }

@@ -1,0 +1,35 @@
+"""Small in-place edits of FX graphs that more than one stage makes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.fx
+
+
+def placeholders_to_attrs(gm: torch.fx.GraphModule, values: Mapping[int, Any], prefix: str) -> None:
+    """Replace the placeholders at ``values``' positions by attributes holding those values.
+
+    Freezing weights into an inference graph, and handing a split partition its constants back,
+    are both this: a value known at compile time stops being an argument, and the lowering sees a
+    constant (for OpenVINO: a Constant it can pre-pack).
+    """
+    if not values:
+        return
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    first = next((n for n in gm.graph.nodes if n.op != "placeholder"), None)
+    for i, value in values.items():
+        ph = placeholders[i]
+        name = f"{prefix}{i}"
+        if isinstance(value, torch.Tensor):
+            gm.register_buffer(name, value.detach(), persistent=False)
+        else:
+            setattr(gm, name, value)
+        with gm.graph.inserting_before(first):
+            attr = gm.graph.get_attr(name)
+        attr.meta = dict(ph.meta)
+        ph.replace_all_uses_with(attr)
+        gm.graph.erase_node(ph)
+    gm.recompile()
