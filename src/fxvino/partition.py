@@ -29,6 +29,7 @@ from fxvino.graph_edit import placeholders_to_attrs
 from fxvino.lowering import ensure_registered
 from fxvino.lowering.convert import LoweringError, fetch_attr, lower_graph
 from fxvino.lowering.registry import decline_reason, op_name
+from fxvino.lowering.views import view_chain
 from fxvino.options import Options
 from fxvino.report import Fallback, GraphReport, PartitionReport
 from fxvino.runtime import CompiledPartition
@@ -136,13 +137,19 @@ def _keep_views_real(reasons: dict[torch.fx.Node, str | None]) -> None:
             _decline_view_chain(n.args[0], reasons, "a view read through its storage by an as_strided in PyTorch")
     outputs = next((n for n in (list(reasons)[-1:] or []) for n in n.graph.find_nodes(op="output")), None)
     for out in torch.utils._pytree.tree_leaves(outputs.args[0] if outputs is not None else ()):
-        if isinstance(out, torch.fx.Node) and _aliases_input_dynamically(out):
-            _decline_view_chain(
-                out,
-                reasons,
-                "an output viewing an input with a data-dependent layout is made in "
-                "PyTorch (AOTAutograd rebuilds it from the real view's strides and offset)",
-            )
+        if not (isinstance(out, torch.fx.Node) and _aliases_input_dynamically(out)):
+            continue
+        found = view_chain(out)
+        if found is not None and all(isinstance(s, int) for s in out.meta["val"].stride()):
+            # The runtime returns a real view of the input, at the offset the partition computes.
+            out.meta["fxvino_view_of_input"] = found[0].name
+            continue
+        _decline_view_chain(
+            out,
+            reasons,
+            "an output viewing an input with a data-dependent layout is made in PyTorch "
+            "(AOTAutograd rebuilds it from the real view's strides and offset)",
+        )
 
 
 def _decline_view_chain(x: Any, reasons: dict[torch.fx.Node, str | None], why: str) -> None:

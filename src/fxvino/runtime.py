@@ -122,16 +122,22 @@ class CompiledPartition:
                 alive.append(a)
                 request.set_input_tensor(i, to_ov_tensor(a))
             _infer(request, _NO_INPUTS, True, False)  # inputs are set; results are read below
-            return tuple(_take(slot, spec) for spec in self.outputs)
+            return tuple(_take(slot, spec, args) for spec in self.outputs)
         finally:
             if rebound:  # its views no longer show what OpenVINO reads: start afresh
                 slot = self._new_request()
             self._pool.put(slot)
 
 
-def _take(slot: _Request, spec: OutputSpec) -> Any:
+def _take(slot: _Request, spec: OutputSpec, args: Sequence[Any]) -> Any:
     if spec.kind == "python":
         return spec.value
+    if spec.kind == "view":  # a view of an input: sizes and offset computed, the data is the input's
+        position, strides, offset_index = spec.value
+        base = args[position]
+        sizes = [int(s) for s in slot.request.get_output_tensor(spec.index).data]
+        offset = int(slot.request.get_output_tensor(offset_index).data)
+        return base.as_strided(sizes, strides, base.storage_offset() + offset)
     if spec.kind == "complex":
         return torch.view_as_complex(slot.output(spec.index, torch.float32))
     if spec.kind == "symint":

@@ -19,6 +19,7 @@ import torch
 import torch.fx
 
 from fxvino.lowering import helpers as h
+from fxvino.lowering import views
 from fxvino.lowering.registry import entry_for, op_name
 from fxvino.lowering.types import ov_type, real_dtype, to_numpy
 
@@ -43,7 +44,7 @@ class InputSpec:
 
 @dataclasses.dataclass(frozen=True)
 class OutputSpec:
-    kind: str  # "tensor" | "complex" | "symint" | "symfloat" | "symbool" | "python"
+    kind: str  # "tensor" | "complex" | "view" | "symint" | "symfloat" | "symbool" | "python"
     index: int = -1  # OpenVINO output index for tensor/sym*
     value: Any = None  # the Python value for kind == "python"
     dtype: torch.dtype | None = None
@@ -159,7 +160,7 @@ def lower_graph(gm: torch.fx.GraphModule, constants: Mapping[int, torch.Tensor],
                 raise LoweringError(node, f"{type(e).__name__}: {e}") from e
             counts[op_name(node.target)] += 1
         elif node.op == "output":
-            outputs = [_result(a, results, ctx.env) for a in _flat(node.args[0])]
+            outputs = [_result(a, results, ctx.env, order) for a in _flat(node.args[0])]
         elif node.op != "placeholder":
             raise LoweringError(node, f"unsupported FX node kind {node.op}")
     if ctx.seed is not None:  # drawn by the runtime on each call; it has no placeholder
@@ -204,10 +205,12 @@ def _flat(out: Any) -> list:
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
-def _result(node: Any, results: list[ov.Node], env: dict) -> OutputSpec:
+def _result(node: Any, results: list[ov.Node], env: dict, order: dict[int, int]) -> OutputSpec:
     """Append ``node``'s lowered value as a model Result and describe how to return it."""
     if not isinstance(node, torch.fx.Node):
         return OutputSpec("python", value=node)
+    if node.meta.get("fxvino_view_of_input"):
+        return _view_result(node, results, env, order)
     lowered, val = env[node], node.meta.get("val")
     if isinstance(val, torch.SymBool) or (isinstance(val, bool) and h.is_output(lowered)):
         results.append(ops.result(h.cast(lowered, torch.bool)))
@@ -231,3 +234,20 @@ def _result(node: Any, results: list[ov.Node], env: dict) -> OutputSpec:
         raise LoweringError(node, f"lowered rank {h.rank(lowered)} differs from torch's {val.dim()}")
     results.append(ops.result(h.cast(lowered, val.dtype)))
     return OutputSpec("tensor", index=len(results) - 1, dtype=val.dtype)
+
+
+def _view_result(node: torch.fx.Node, results: list[ov.Node], env: dict, order: dict[int, int]) -> OutputSpec:
+    """An output that views a graph input at data-dependent positions (``partition._keep_views_real``):
+    the model returns its sizes and storage offset, and the runtime returns a real view of the
+    input (AOTAutograd rebuilds such outputs from the returned tensor's strides and offset)."""
+    found = views.view_chain(node)
+    base_name = node.meta["fxvino_view_of_input"]
+    if found is None or found[0].op != "placeholder" or found[0].name != base_name:
+        raise LoweringError(node, f"an output viewing input {base_name} lost its chain of views")
+    base, chain = found
+    position = order[list(base.graph.find_nodes(op="placeholder")).index(base)]
+    results.append(ops.result(h.shape_of(env[node])))
+    sizes = len(results) - 1
+    results.append(ops.result(views.relative_offset(env, chain)))
+    strides = tuple(int(s) for s in node.meta["val"].stride())
+    return OutputSpec("view", index=sizes, value=(position, strides, len(results) - 1), dtype=node.meta["val"].dtype)

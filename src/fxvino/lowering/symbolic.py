@@ -9,6 +9,7 @@ import openvino.opset16 as ops
 import torch
 
 from fxvino.lowering import helpers as h
+from fxvino.lowering import views
 from fxvino.lowering.registry import lowers
 
 aten = torch.ops.aten
@@ -29,15 +30,24 @@ def sym_numel(ctx, node, x):
     return ops.reduce_prod(h.shape_of(x), h.const(0, torch.int64), False).output(0)
 
 
-def _static_offset(node: torch.fx.Node) -> str | None:
-    return None if isinstance(h.meta(node), int) else "a symbolic storage offset is a memory layout query"
+def _known_offset(node: torch.fx.Node) -> str | None:
+    if isinstance(h.meta(node), int):
+        return None
+    found = views.view_chain(node.args[0])
+    if found is None or not isinstance(h.meta(found[0]).storage_offset(), int):
+        return "a data-dependent storage offset of something other than a chain of slices and views"
+    return None
 
 
-@lowers(aten.sym_storage_offset.default, validator=_static_offset)
+@lowers(aten.sym_storage_offset.default, validator=_known_offset)
 def sym_storage_offset(ctx, node, x):
-    """Where a view starts in its base's storage: eager's value, which the fake tensor knows
-    (0 for fresh tensors, the slice start for views; lowerings that read storage use it)."""
-    return h.const(h.meta(node), torch.int64)
+    """Where a view starts in its base's storage: eager's value when the fake tensor knows it (0
+    for fresh tensors, the slice start for views), else computed along the view chain (views.py)."""
+    if isinstance(h.meta(node), int):
+        return h.const(h.meta(node), torch.int64)
+    base, chain = views.view_chain(node.args[0])
+    rel = views.relative_offset(ctx.env, chain)
+    return ops.add(rel, h.const(h.meta(base).storage_offset(), torch.int64)).output(0)
 
 
 def _symnum(node: torch.fx.Node) -> str | None:
