@@ -43,3 +43,19 @@ def test_arange_of_a_0d_tensor_plus_an_input():
         out = compiled(x, n)
     torch.testing.assert_close(out, fn(x, n))
     assert_all_on_openvino(report)
+
+
+def test_tensor_split_into_a_0d_tensor_of_sections():
+    """A 0-d tensor there is a number of sections: how many outputs there are depends on its value."""
+
+    def fn(x, n):
+        return torch.tensor_split(x, n)
+
+    x, n = torch.randn(7, 3), torch.tensor(3)
+    compiled = torch.compile(fn, backend="fxvino")
+    with fxvino.collect_reports() as report, torch.no_grad():
+        out = compiled(x, n)
+    assert len(out) == 3
+    for a, b in zip(out, fn(x, n), strict=True):
+        torch.testing.assert_close(a, b)
+    assert not report.fallbacks, str(report)

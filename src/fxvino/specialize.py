@@ -1,7 +1,8 @@
 """Graphs whose shapes depend on the value of a 0-d tensor input, compiled for that value.
 
-``torch.arange(n)`` with ``n`` a 0-d tensor is captured by Dynamo, but its output size is the
-tensor's *value*, which AOTAutograd cannot trace (``DataDependentOutputException``). Rather
+``torch.arange(n)`` (or ``tensor_split(x, n)``) with ``n`` a 0-d tensor is captured by Dynamo,
+but its output size (or count) is the tensor's *value*, which AOTAutograd cannot trace
+(``DataDependentOutputException``, ``GuardOnDataDependentSymNode``). Rather
 than run the whole frame eagerly, fxvino compiles the graph with that input's value baked in
 (as Dynamo itself does for Python ints) and checks the value on every call: a call with
 another value runs the original graph eagerly (correct, and reported once).
@@ -34,8 +35,17 @@ _FACTORIES = frozenset(
         torch.randn,
         torch.randint,
         torch.eye,
+        torch.tensor_split,  # a 0-d tensor there is a number of sections: the output count
+        torch.narrow,
     }
 )
+_METHODS = frozenset({"tensor_split", "narrow", "new_zeros", "new_ones", "new_full", "new_empty"})
+
+
+def _reads_number(user: torch.fx.Node) -> bool:
+    return (user.op == "call_function" and user.target in _FACTORIES) or (
+        user.op == "call_method" and user.target in _METHODS
+    )
 
 
 def is_data_dependent(error: BaseException) -> bool:
@@ -62,7 +72,7 @@ def specialize(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple
     for pos, (ph, real) in enumerate(zip(placeholders, example_inputs, strict=False)):
         if not (isinstance(real, torch.Tensor) and real.dim() == 0 and not real.requires_grad):
             continue
-        if not any(u.op == "call_function" and u.target in _FACTORIES for u in ph.users):
+        if not any(_reads_number(u) for u in ph.users):
             continue
         values[pos] = real.item()
     if not values:
@@ -74,7 +84,7 @@ def specialize(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple
     for pos, value in values.items():
         ph = env[placeholders[pos]]
         for user in list(ph.users):
-            if user.op == "call_function" and user.target in _FACTORIES:
+            if _reads_number(user) and not (user.op == "call_method" and user.args and user.args[0] is ph):
                 user.args = torch.fx.node.map_arg(user.args, lambda a, ph=ph, v=value: v if a is ph else a)
                 user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda a, ph=ph, v=value: v if a is ph else a)
     return torch.fx.GraphModule(gm, graph), values
