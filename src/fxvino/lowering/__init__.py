@@ -26,6 +26,7 @@ FAMILIES = (
     "random",
     "dynamic_output",
     "fft",
+    "moe",
     "declined",
 )
 

@@ -33,6 +33,8 @@ REGISTRY: dict[Any, Entry] = {}
 # Lowerings for nodes that touch complex tensors (carried as a trailing dim of 2, lowering/fft.py).
 # A node with a complex input or output uses this entry, never its real one.
 COMPLEX: dict[Any, Entry] = {}
+# Lowerings of other libraries' custom ops, by op name (lowers_named).
+BY_NAME: dict[str, Entry] = {}
 COMPLEX_DTYPES = frozenset({torch.complex64})
 
 
@@ -49,6 +51,19 @@ def lowers(*targets: Any, validator: Validator | None = None) -> Callable[[Lower
             if t in REGISTRY:
                 raise RuntimeError(f"{t} is lowered twice: {REGISTRY[t].fn.__module__} and {fn.__module__}")
             REGISTRY[t] = Entry(t, fn, validator, family)
+        return fn
+
+    return wrap
+
+
+def lowers_named(*names: str, validator: Validator | None = None) -> Callable[[Lowering], Lowering]:
+    """Register a lowering for ops of other libraries by their name ("transformers.x.default"):
+    their ``OpOverload`` exists only once that library is imported, maybe after fxvino."""
+
+    def wrap(fn: Lowering) -> Lowering:
+        family = fn.__module__.rsplit(".", 1)[-1]
+        for n in names:
+            BY_NAME[n] = Entry(n, fn, validator, family)
         return fn
 
     return wrap
@@ -79,7 +94,9 @@ def involves_complex(node: torch.fx.Node) -> bool:
 
 def entry_for(node: torch.fx.Node) -> Entry | None:
     """The lowering ``node`` uses: the complex one when it touches complex tensors."""
-    return COMPLEX.get(node.target) if involves_complex(node) else REGISTRY.get(node.target)
+    if involves_complex(node):
+        return COMPLEX.get(node.target)
+    return REGISTRY.get(node.target) or BY_NAME.get(op_name(node.target))
 
 
 def declines(*targets: Any, reason: str) -> None:
@@ -103,7 +120,7 @@ def decline_reason(node: torch.fx.Node, disabled: frozenset = frozenset()) -> st
     if target in disabled:
         return "listed in disabled_ops"
     complex_node = involves_complex(node)
-    entry = COMPLEX.get(target) if complex_node else REGISTRY.get(target)
+    entry = entry_for(node)
     if entry is None:
         if complex_node and target in REGISTRY:
             return "complex tensors: this op has no complex lowering"

@@ -1,0 +1,64 @@
+"""Mixture-of-experts routing as transformers 5 writes it: ``histc`` counts and grouped matmuls.
+
+transformers' experts layers sort tokens by expert, count them with ``torch.histc`` and multiply
+each run of rows by its expert's weights with ``transformers.grouped_mm_fallback`` (a custom op
+whose eager kernel loops over experts). On OpenVINO the grouped product multiplies every row by
+every expert in one MatMul and keeps, per row, the expert its position falls in: E times the
+arithmetic of the loop, but one fused kernel and no data-dependent shapes, which is what a small
+expert count (4-8) and short sequences want.
+"""
+
+from __future__ import annotations
+
+import openvino.opset16 as ops
+import torch
+
+from fxvino.lowering import helpers as h
+from fxvino.lowering.registry import lowers, lowers_named
+
+aten = torch.ops.aten
+
+
+def _histc_ok(node: torch.fx.Node) -> str | None:
+    args = list(node.args) + [None] * 4
+    lo, hi = node.kwargs.get("min", args[2] or 0), node.kwargs.get("max", args[3] or 0)
+    if lo == hi:
+        return "histc with min == max takes its range from the data"
+    return None
+
+
+@lowers(aten.histc.default, validator=_histc_ok)
+def histc(ctx, node, x, bins=100, min=0, max=0):  # noqa: A002 - the schema's names
+    """Counts in ``bins`` equal bins over [min, max]; values outside are dropped, max joins the last."""
+    dtype = h.out_dtype(node)
+    x = h.reshape(h.cast(x, torch.float32), [-1])
+    lo, hi = float(min), float(max)
+    scaled = ops.multiply(ops.subtract(x, h.const(lo, torch.float32)), h.const(bins / (hi - lo), torch.float32))
+    index = ops.minimum(h.cast(ops.floor(scaled).output(0), torch.int64), h.const(bins - 1, torch.int64))
+    inside = ops.logical_and(
+        ops.greater_equal(x, h.const(lo, torch.float32)), ops.less_equal(x, h.const(hi, torch.float32))
+    )
+    hits = ops.equal(h.unsqueeze(index.output(0), 1), h.unsqueeze(h.arange(bins), 0))  # [N, bins]
+    counted = ops.logical_and(hits, h.unsqueeze(inside.output(0), 1))
+    return h.cast(
+        ops.reduce_sum(h.cast(counted.output(0), torch.float32), h.const([0], torch.int64), False).output(0), dtype
+    )
+
+
+@lowers_named("transformers.grouped_mm_fallback.default")
+def grouped_mm(ctx, node, x, weight, offs):
+    """Row ``s`` of ``x`` [S, K] times ``weight[e]`` [K, N], where ``e`` is the run (cumulative
+    ends ``offs``) it falls in; rows past the last end stay zero, as in the eager loop."""
+    offs = h.cast(offs, torch.int64)
+    rows = h.arange(h.dim(x, 0))
+    expert = ops.reduce_sum(
+        h.cast(ops.less_equal(h.unsqueeze(offs, 0), h.unsqueeze(rows, 1)).output(0), torch.int64),
+        h.const([1], torch.int64),
+        False,
+    ).output(0)  # [S]: how many runs end at or before the row
+    experts = h.dim(weight, 0)
+    valid = ops.less(expert, h.i64(experts)).output(0)
+    expert = ops.minimum(expert, ops.subtract(h.i64(experts), h.const(1, torch.int64))).output(0)
+    every = ops.matmul(h.unsqueeze(x, 0), weight, False, False).output(0)  # [E, S, N]
+    mine = ops.gather(h.transpose(every, [1, 0, 2]), expert, h.const(1, torch.int64), 1).output(0)  # [S, N]
+    return ops.select(h.unsqueeze(valid, 1), mine, h.cast_like(h.const(0, torch.float32), mine)).output(0)
