@@ -775,8 +775,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per model (default 300)")
     parser.add_argument("--json", help="write every row as JSON")
     parser.add_argument("--markdown", help="write the table as markdown")
+    parser.add_argument(
+        "--merge", nargs="+", metavar="JSON", help="re-render from runs' --json files (later rows replace earlier)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.merge:
+        runs = [json.loads(Path(f).read_text()) for f in args.merge]
+        merged = {r["model"]: r for run in runs for r in run["rows"]}
+        order = [s.name for s in SPECS if s.name in merged]
+        header = runs[0]["header"] + (
+            f" (merged with {len(runs) - 1} re-run(s): {', '.join(args.merge[1:])})" if len(runs) > 1 else ""
+        )
+        text = render([merged[n] for n in order], header)
+        print(text)
+        if args.markdown:
+            Path(args.markdown).write_text(text)
+        return 0
     if args.child:
         print(json.dumps(run_one(args.child)), flush=True)
         return 0
