@@ -290,7 +290,8 @@ def _isolate(
     name: str,
 ) -> None:
     """Split ``sub`` around the blamed node: it runs in PyTorch, its neighbours on OpenVINO."""
-    placeholders_to_attrs(sub, constants, "_fxvino_const_")
+    with unset_fake_temporarily():  # constants are real tensors; AOTAutograd runs us in fake mode
+        placeholders_to_attrs(sub, constants, "_fxvino_const_")
     calls = [n for n in sub.graph.nodes if n.op == "call_function"]
     reasons = {n: decline_reason(n, job.options.disabled_ops) for n in calls}
     reasons[blamed.node] = blamed.reason
