@@ -1,14 +1,21 @@
 """A fast slice of the model suite (benchmarks/models.py): one model per family of ops, in-process.
 
-The whole suite (50 architectures, each in its own process) is ``python -m benchmarks.models``;
-these run in CI. Each must match eager (relative error <= 1e-4) and run fully on OpenVINO; the
-decoder also through ``generate()`` with eager's tokens.
+The whole suite (75 architectures, each in its own process) is ``python -m benchmarks.models``;
+these run in CI through the same ``run_one``. Each must match eager (relative error <= 1e-4) and run
+fully on OpenVINO (no op in PyTorch, no fallback); the decoder also through ``generate()`` with
+eager's tokens. Models failing on a known gap are strict xfails: when the gap is closed the test
+fails until its mark is removed, so the slice never hides a fix or a regression.
 """
 
 from __future__ import annotations
 
 import pytest
 from benchmarks import models
+
+
+def _known_gap(name: str, reason: str) -> pytest.param:
+    return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=reason))
+
 
 FAST = [
     "bert",  # encoder: MHA, GELU, LayerNorm
@@ -19,6 +26,13 @@ FAST = [
     "efficientnet",  # depthwise, squeeze-excite, the ceil-mode pool head
     "cnn-lrn-ceil",  # LocalResponseNorm, ceil-mode pools
     "wav2vec2",  # conv feature encoder, weight-normed positional conv
+    "unet",  # diffusers: timestep embedding, GroupNorm, cross-attention, nearest upsampling
+    _known_gap("rnn", "nn.LSTM decomposes to aten.mkldnn_rnn_layer on CPU, which has no lowering"),
+    _known_gap(
+        "graph-break-blocks",
+        "capture freezes parameters Dynamo passes as unguarded static inputs, so a graph that several module "
+        "instances share (a graph break inside a block) computes with the first instance's weights",
+    ),
 ]
 
 
@@ -26,4 +40,6 @@ FAST = [
 @pytest.mark.parametrize("name", FAST)
 def test_model_suite_slice(name):
     row = models.run_one(name, timing_calls=1)
+    if "skipped" in row:
+        pytest.skip(row["skipped"])
     assert row["ok"], f"{name}: {models._reason(row)}"
