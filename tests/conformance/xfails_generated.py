@@ -244,22 +244,12 @@ GENERATED_XFAILS: dict[tuple[str, str, str], str] = {
     ("erfinv", "", "float32"): "[missing-lowering] aten.erfinv.default",
     ("erfinv", "", "int64"): "[missing-lowering] aten.erfinv.default",
     ("fft.fft", "", "bool"): "[declined] aten._fft_r2c.default: dtype torch.complex64 has no OpenVINO element type",
-    (
-        "fft.fft",
-        "",
-        "float32",
-    ): "[wrong-result] Tensor-likes are not close!; Mismatched elements: 18 / 31 (58.1%); Greatest absolute difference: 0.00019289698684588075 at index (29,) (up to 1e-05 allowed)",
     ("fft.fft", "", "int64"): "[declined] aten._fft_r2c.default: dtype torch.complex64 has no OpenVINO element type",
     (
         "fft.fft2",
         "",
         "bool",
     ): "[missing-lowering] aten._fft_c2c.default; declined: aten._to_copy.default: dtype torch.complex64 has no OpenVINO element type; declined: aten.constant_pad_nd.default: dtype torch.complex64 has no OpenVINO element type; declined: aten.slice.Tensor: dtype torch.complex64 has no OpenVINO element type",
-    (
-        "fft.fft2",
-        "",
-        "float32",
-    ): "[wrong-result] Tensor-likes are not close!; Mismatched elements: 4 / 240 (1.7%); Greatest absolute difference: 4.1273280658060685e-05 at index (1, 5, 6) (up to 1e-05 allowed)",
     (
         "fft.fft2",
         "",
@@ -270,11 +260,6 @@ GENERATED_XFAILS: dict[tuple[str, str, str], str] = {
         "",
         "bool",
     ): "[missing-lowering] aten._fft_c2c.default; declined: aten._to_copy.default: dtype torch.complex64 has no OpenVINO element type; declined: aten.constant_pad_nd.default: dtype torch.complex64 has no OpenVINO element type; declined: aten.slice.Tensor: dtype torch.complex64 has no OpenVINO element type",
-    (
-        "fft.fftn",
-        "",
-        "float32",
-    ): "[wrong-result] Tensor-likes are not close!; Mismatched elements: 18 / 31 (58.1%); Greatest absolute difference: 0.00019289698684588075 at index (29,) (up to 1e-05 allowed)",
     (
         "fft.fftn",
         "",
@@ -295,11 +280,6 @@ GENERATED_XFAILS: dict[tuple[str, str, str], str] = {
         "",
         "bool",
     ): "[missing-lowering] aten._conj.default; aten._fft_c2c.default; declined: aten._fft_c2r.default: dtype torch.complex64 has no OpenVINO element type; declined: aten._to_copy.default: dtype torch.complex64 has no OpenVINO element type; declined: aten.clone.default: dtype torch.complex64 has no OpenVINO element type; declined: aten.slice.Tensor: dtype torch.complex64 has no OpenVINO element type",
-    (
-        "fft.hfft2",
-        "",
-        "float32",
-    ): "[wrong-result] Tensor-likes are not close!; Mismatched elements: 1 / 360 (0.3%); Greatest absolute difference: 1.0520219802856445e-05 at index (0, 4, 6) (up to 1e-05 allowed)",
     (
         "fft.hfft2",
         "",
@@ -1426,10 +1406,6 @@ GENERATED_XFAIL_SAMPLE: dict[tuple[str, str, str], int] = {
     ("_native_batch_norm_legit", "", "bfloat16"): 4,
     ("_unsafe_masked_index_put_accumulate", "", "bfloat16"): 5,
     ("addmm", "decomposed", "bfloat16"): 5,
-    ("fft.fft", "", "float32"): 4,
-    ("fft.fft2", "", "float32"): 3,
-    ("fft.fftn", "", "float32"): 4,
-    ("fft.hfft2", "", "float32"): 2,
     ("histc", "", "float32"): 5,
     ("index_put", "", "bool"): 4,
     ("isin", "", "bfloat16"): 2,
