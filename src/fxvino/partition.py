@@ -128,7 +128,7 @@ def _keep_views_real(reasons: dict[torch.fx.Node, str | None]) -> None:
 
     An as_strided that runs in PyTorch reads its input's storage: given an OpenVINO partition's
     fresh contiguous copy of a view, it would read the wrong elements. And a graph output that
-    views an input with a data-dependent layout (``tensor_split`` at ``.item()`` positions) is
+    views an input through a view with symbolic arguments (``tensor_split`` at ``.item()`` positions) is
     rebuilt by AOTAutograd from the returned tensor's own strides and storage offset, which a
     copy does not have.
     """
@@ -147,7 +147,7 @@ def _keep_views_real(reasons: dict[torch.fx.Node, str | None]) -> None:
         _decline_view_chain(
             out,
             reasons,
-            "an output viewing an input with a data-dependent layout is made in PyTorch "
+            "an output viewing an input through views with symbolic arguments is made in PyTorch "
             "(AOTAutograd rebuilds it from the real view's strides and offset)",
         )
 
@@ -161,17 +161,19 @@ def _decline_view_chain(x: Any, reasons: dict[torch.fx.Node, str | None], why: s
 
 
 def _aliases_input_dynamically(node: torch.fx.Node) -> bool:
-    """An output that views a graph input and whose layout holds unbacked (data-dependent) sizes:
-    AOTAutograd replays views for backed symbolic sizes, but rebuilds these from the tensor."""
-    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
-
-    val = node.meta.get("val")
-    if not isinstance(val, torch.Tensor) or not free_unbacked_symbols(val):
+    """An output that views a graph input through a view with a symbolic argument (a size, start or
+    stride computed from symbols, data-dependent or not): AOTAutograd replays only views whose
+    arguments are all static (``ViewMeta.has_symbolic_inputs``) and rebuilds the others with
+    ``as_strided`` from the returned tensor's own strides and offset, which a copy does not have
+    (``x[1 : x.shape[0] - 1]`` under ``dynamic=True`` came back as ``x[0 : n - 2]``)."""
+    if not isinstance(node.meta.get("val"), torch.Tensor):
         return False
-    x = node
+    x, symbolic = node, False
     while x.op == "call_function" and isinstance(x.target, torch._ops.OpOverload) and x.target.is_view:
+        leaves = torch.utils._pytree.tree_leaves((x.args[1:], x.kwargs))
+        symbolic = symbolic or any(isinstance(a, (torch.fx.Node, torch.SymInt)) for a in leaves)
         x = x.args[0]
-    return x is not node and x.op == "placeholder"
+    return symbolic and x is not node and x.op == "placeholder"
 
 
 def _record_torch_nodes(report: GraphReport, reasons: dict[torch.fx.Node, str | None]) -> None:
