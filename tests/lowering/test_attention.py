@@ -109,6 +109,30 @@ def test_llama_generate_fully_on_openvino(kv_heads):
     assert_all_on_openvino(report, partitions=None)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["qwen2", "mistral-sliding-window"])
+def test_gqa_decoders_generate_fully_on_openvino(family):
+    """Four query heads per K/V head; Mistral's 8-position sliding window passes an explicit mask."""
+    from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    import fxvino
+
+    sizes = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=8, vocab_size=500)
+    if family == "qwen2":
+        config, cls = Qwen2Config(num_key_value_heads=2, **sizes), Qwen2ForCausalLM
+    else:
+        config, cls = MistralConfig(num_key_value_heads=2, sliding_window=8, **sizes), MistralForCausalLM
+    torch.manual_seed(0)
+    model = cls(config).eval()
+    ids = torch.randint(0, 500, (1, 12))
+    expected = model.generate(ids, max_new_tokens=16, do_sample=False)
+    model.forward = torch.compile(model.forward, backend="fxvino")
+    with fxvino.collect_reports() as report:
+        out = model.generate(ids, max_new_tokens=16, do_sample=False)
+    assert torch.equal(out, expected)
+    assert_all_on_openvino(report, partitions=None)
+
+
 @pytest.mark.parametrize(
     "norm_first, activation, masked",
     [(False, "relu", False), (False, "relu", True), (True, "gelu", False), (True, "gelu", True)],
