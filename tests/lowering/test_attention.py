@@ -56,6 +56,18 @@ def test_gqa_masks(mask_shape, kind):
     _check(lambda q, k, v, m: _sdpa(q, k, v, mask=m), q, k, v, mask)
 
 
+@pytest.mark.parametrize("mask_shape", [(2, 1, 5, 7), (2, 4, 5, 7), (5, 7)], ids=["b1ls", "bhls", "ls"])
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_gqa_masks_dynamic(mask_shape, kind):
+    """Symbolic batch, head and length sizes: the fold and the mask's tiling are built in the graph."""
+    q, k, v = _qkv(2, 4, 2, 5, 7)
+    torch.manual_seed(1)
+    mask = torch.rand(mask_shape) > 0.3 if kind == "bool" else torch.randn(mask_shape)
+    if kind == "bool":
+        mask[..., 0] = True
+    _check(lambda q, k, v, m: _sdpa(q, k, v, mask=m), q, k, v, mask, dynamic=True)
+
+
 def test_gqa_scale():
     q, k, v = _qkv(1, 4, 2, 6, 6)
     _check(lambda q, k, v: _sdpa(q, k, v, scale=0.3), q, k, v)
