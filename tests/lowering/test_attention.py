@@ -169,19 +169,48 @@ def test_transformer_encoder_fast_path(norm_first, activation, masked):
     assert_all_on_openvino(report, partitions=None)
 
 
-@pytest.mark.parametrize("need_weights", [False, True])
-def test_multihead_attention_module(need_weights):
+def test_transformer_encoder_fast_path_dynamic():
+    """The decomposed fast path under symbolic batch and length: one graph for every padded batch."""
+    import fxvino
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    compiled = torch.compile(lambda x, m: model(x, src_key_padding_mask=m), backend="fxvino", dynamic=True)
+    with fxvino.collect_reports() as report, torch.no_grad():
+        for batch, length in ((2, 5), (3, 9)):
+            x = torch.randn(batch, length, 16)
+            mask = torch.zeros(batch, length, dtype=torch.bool)
+            mask[1, 3:] = True
+            expected = model(x, src_key_padding_mask=mask)
+            torch.testing.assert_close(compiled(x, mask), expected, rtol=1e-5, atol=1e-5)
+    assert_all_on_openvino(report, partitions=None)
+    assert len(report.graphs) == 1, str(report)
+
+
+@pytest.mark.parametrize("dynamic", [None, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("masked", [False, True], ids=["no-mask", "key-padding"])
+@pytest.mark.parametrize("need_weights", [False, True], ids=["output-only", "weights"])
+def test_multihead_attention_module(need_weights, masked, dynamic):
+    """In eager, eval + no_grad runs aten._native_multi_head_attention; under Dynamo the module takes its
+    Python path (SDPA when need_weights=False, softmax(QK^T)V otherwise), which lowers op by op."""
+    import fxvino
+
     torch.manual_seed(0)
     mha = torch.nn.MultiheadAttention(16, 2, batch_first=True).eval()
-    x = torch.randn(2, 5, 16)
-    mask = torch.zeros(2, 5, dtype=torch.bool)
-    mask[0, 4] = True
 
     def fn(x, mask):
-        return mha(x, x, x, key_padding_mask=mask, need_weights=need_weights)[0]
+        return mha(x, x, x, key_padding_mask=mask if masked else None, need_weights=need_weights)
 
-    with torch.no_grad():
-        expected = fn(x, mask)
-    out, report = run_fxvino(fn, x, mask)
-    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    compiled = torch.compile(fn, backend="fxvino", dynamic=dynamic)
+    with fxvino.collect_reports() as report, torch.no_grad():
+        for batch, length in ((2, 5), (3, 7)):  # under dynamic=True, one graph serves both
+            x = torch.randn(batch, length, 16)
+            mask = torch.zeros(batch, length, dtype=torch.bool)
+            mask[0, -1] = True
+            out, expected = compiled(x, mask), fn(x, mask)
+            torch.testing.assert_close(out[0], expected[0], rtol=1e-5, atol=1e-5)
+            if need_weights:  # head-averaged attention weights
+                torch.testing.assert_close(out[1], expected[1], rtol=1e-5, atol=1e-5)
     assert_all_on_openvino(report, partitions=None)
+    assert len(report.graphs) == (1 if dynamic else 2), str(report)
