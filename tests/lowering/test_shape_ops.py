@@ -69,3 +69,25 @@ def test_unfold_dynamic_lengths_compile_once():
             x = torch.randn(2, n, 3)
             torch.testing.assert_close(compiled(x), fn(x))
     assert len(report.graphs) == 1 and report.ov_ops["aten.unfold.default"] == 1, str(report)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x[1 : x.shape[0] - 1],
+        lambda x: x.reshape(x.shape[0] * x.shape[1])[2:],
+        lambda x: x.t()[1 : x.shape[1] - 1],
+        lambda x: x.view(-1)[x.shape[1] :],
+    ],
+    ids=["slice", "reshape-slice", "transpose-slice", "flat-slice"],
+)
+def test_output_viewing_an_input_through_symbolic_views(fn):
+    """AOTAutograd rebuilds an output that views an input through views with symbolic arguments
+    from the returned tensor's own layout (it replays only static views): it must come back as a
+    real view of the input (``x[1 : n - 1]`` came back as ``x[0 : n - 2]``)."""
+    x = torch.randn(6, 5)
+    out, report = run_fxvino(fn, x, dynamic=True)
+    expected = fn(x)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    assert (out.stride(), out.storage_offset()) == (expected.stride(), expected.storage_offset())
+    assert out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
