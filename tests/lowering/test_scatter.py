@@ -381,10 +381,11 @@ def test_as_strided():
     ],
     ids=["transpose", "slice", "slice-offset", "expand", "chained", "non-contiguous-input"],
 )
-def test_as_strided_of_views(fn, shape):
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_as_strided_of_views(fn, shape, dynamic):
     """as_strided addresses storage: each position read maps back to the view's element there."""
     x = torch.randn(6, 4).t() if shape == "transposed input" else torch.randn(shape)
-    out, report = run_fxvino(fn, x, fullgraph=True)
+    out, report = run_fxvino(fn, x, fullgraph=True, dynamic=dynamic)
     torch.testing.assert_close(out, fn(x), rtol=0, atol=0)
     assert_all_on_openvino(report)
 
@@ -402,3 +403,74 @@ def test_as_strided_outside_its_base_runs_in_pytorch_with_the_real_views():
     reasons = [fb.reason for fb in report.fallbacks if fb.op == "aten.as_strided.default"]
     assert reasons and "outside the tensor its view chain starts from" in reasons[0], str(report)
     assert report.torch_ops["aten.slice.Tensor"] == 1, str(report)
+
+
+def _sliding_chunks(x):
+    """Longformer's ``_chunk``: overlapping windows of ``2w`` rows, ``w`` apart, as_strided over a view."""
+    b, n, d = x.shape
+    w = 4
+    chunks = x.view(b, n // (2 * w), 2 * w, d)
+    size = [b, chunks.shape[1] * 2 - 1, 2 * w, d]
+    stride = [chunks.stride(0), chunks.stride(1) // 2, chunks.stride(2), chunks.stride(3)]
+    return chunks.as_strided(size=size, stride=stride)
+
+
+def _transposed_result(x):
+    y = x.t() + 1  # elementwise keeps the transposed layout: y's storage is in x's order
+    assert y.stride() == (1, y.shape[0])
+    return torch.as_strided(y, (y.shape[1] - 1, 3), (y.shape[0], 1), 1)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: torch.as_strided(x, (x.shape[0] - 1, 2 * x.shape[1]), (x.shape[1], 1)),  # overlapping rows
+        lambda x: torch.as_strided(x[1:], (2, x.shape[1]), (x.shape[1], 1)),  # symbolic offset of the view
+        lambda x: torch.as_strided(x.t(), (2, 3), (x.shape[1], 1), x.shape[1] + 1),  # symbolic explicit offset
+        lambda x: _sliding_chunks(x.view(1, -1, 3)),
+        _transposed_result,  # the base's storage order is not its dim order
+        lambda x: torch.as_strided(torch.as_strided(x, (x.shape[0], 2), (x.shape[1], 2)), (2, 2), (1, 1), 1),
+        lambda x: torch.as_strided(x, (0, x.shape[1]), (x.shape[1], 1)),  # nothing read
+    ],
+    ids=["rows", "slice-offset", "explicit-offset", "sliding-chunks", "transposed-base", "chained", "empty"],
+)
+def test_as_strided_symbolic_layouts(fn):
+    """Symbolic sizes, strides and offsets: positions computed in the graph; one compiled graph serves
+    every size (each call checked against eager)."""
+    compiled = torch.compile(lambda x: fn(x * 2) * 3, backend="fxvino", dynamic=True, fullgraph=True)
+    with fxvino.collect_reports() as report, torch.no_grad():
+        for rows in (8, 16, 24):
+            x = torch.randn(rows, 6)
+            torch.testing.assert_close(compiled(x), fn(x * 2) * 3, rtol=0, atol=0)
+    assert len(report.graphs) == 1, str(report)
+    assert_all_on_openvino(report)
+    assert report.ov_ops["aten.as_strided.default"] >= 1, str(report)
+
+
+def test_as_strided_output_viewing_an_input_with_symbolic_arguments():
+    """AOTAutograd rebuilds such an output with as_strided from the returned tensor's own strides:
+    it and its views run in PyTorch, where they are real views (a copy from OpenVINO came back wrong)."""
+
+    def fn(x):
+        return torch.as_strided(x, (x.shape[0] - 1, 2), (x.shape[1], 1), 1)
+
+    x = torch.randn(5, 4)
+    out, report = run_fxvino(fn, x, fullgraph=True, dynamic=True)
+    torch.testing.assert_close(out, fn(x), rtol=0, atol=0)
+    assert out.stride() == (4, 1) and out.storage_offset() == 1
+    reasons = [fb.reason for fb in report.fallbacks if fb.op == "aten.as_strided.default"]
+    assert reasons and "views with symbolic arguments" in reasons[0], str(report)
+
+
+def test_as_strided_symbolic_of_a_gappy_input_is_declined():
+    """With symbolic sizes, positions are computed against the storage image of a dense base; a graph
+    input that is a column slice of a wider tensor is not one, so the op stays in PyTorch."""
+
+    def fn(x):
+        return torch.as_strided(x, (x.shape[0] - 1, 2), (x.shape[1], 1)) * 2
+
+    x = torch.randn(8, 9)[:, 2:7]
+    out, report = run_fxvino(fn, x, fullgraph=True, dynamic=True)
+    torch.testing.assert_close(out, fn(x), rtol=0, atol=0)
+    reasons = [fb.reason for fb in report.fallbacks if fb.op == "aten.as_strided.default"]
+    assert reasons, str(report)

@@ -12,8 +12,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import openvino as ov
 import openvino.opset16 as ops
+import sympy
 import torch
+import torch.fx
+from torch.fx.experimental.symbolic_shapes import guarding_hint_or_throw, has_guarding_hint, statically_known_true
+from torch.utils._sympy.functions import FloorDiv, Mod, PythonMod
 
 from fxvino.lowering import helpers as h
 from fxvino.lowering.registry import lowers
@@ -423,52 +428,192 @@ def view_base(node: torch.fx.Node) -> torch.fx.Node:
     return x
 
 
-def _view_gather_index(node, base: torch.fx.Node) -> np.ndarray | str:
-    """The flat (logical) index into ``base`` of every element the as_strided ``node`` reads, or why not.
+def _layout(t: torch.Tensor) -> tuple[list, list, object]:
+    return list(t.shape), list(t.stride()), t.storage_offset()
+
+
+def _hinted(layout: tuple[list, list, object]) -> tuple[list[int], list[int], int] | None:
+    """``layout`` at the example input's sizes (SymInts replaced by their hints), None without hints."""
+    sizes, strides, offset = layout
+    if not all(has_guarding_hint(v) for v in (*sizes, *strides, offset)):
+        return None
+    concrete = [int(guarding_hint_or_throw(v)) for v in (*sizes, *strides, offset)]
+    n = len(sizes)
+    return concrete[:n], concrete[n : 2 * n], concrete[2 * n]
+
+
+def _is_static(layout: tuple[list, list, object]) -> bool:
+    sizes, strides, offset = layout
+    return all(isinstance(v, int) for v in (*sizes, *strides, offset))
+
+
+def _gather_index(read, held) -> np.ndarray | str:
+    """The flat (logical) index into the ``held`` tensor of every element the as_strided ``read`` takes,
+    or why not (both layouts concrete: sizes, strides, storage offset).
 
     as_strided addresses storage. OpenVINO only has values, so each storage position read is mapped
-    back to the element of ``base`` (the first non-view ancestor, whose fake tensor records its
-    strides and offset) that lives there: views in between (transpose, slice, expand, another
-    as_strided) change nothing. Positions outside ``base`` (a graph input that is itself a view of
-    a larger storage) cannot be read.
+    back to the element of the held tensor (the first non-view ancestor, whose fake tensor records
+    its strides and offset) that lives there: views in between (transpose, slice, expand, another
+    as_strided) change nothing. Positions outside it (a graph input that is itself a view of a
+    larger storage) cannot be read.
     """
-    x = h.meta(base)
-    size, stride = node.args[1], node.args[2]
-    offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
-    if offset is None:
-        offset = h.meta(node.args[0]).storage_offset()
-    if not all(isinstance(v, int) for v in (*x.shape, *x.stride(), x.storage_offset(), *size, *stride, offset)):
-        return "as_strided needs static sizes, strides and storage offsets"
-    if any(st < 0 for st in stride) or offset < 0:
+    if any(st < 0 for st in read[1]) or read[2] < 0:
         return "as_strided with negative stride or offset"
-    held = _strided_positions(list(x.shape), list(x.stride()), x.storage_offset()).reshape(-1)
-    read = _strided_positions(list(size), list(stride), offset)
-    if read.size == 0:
-        return read
-    lookup = np.full(int(max(held.max(initial=0), read.max())) + 1, -1, dtype=np.int64)
-    lookup[held] = np.arange(held.size, dtype=np.int64)
-    index = lookup[read]
+    held_pos = _strided_positions(*held).reshape(-1)
+    read_pos = _strided_positions(*read)
+    if read_pos.size == 0:
+        return read_pos
+    lookup = np.full(int(max(held_pos.max(initial=0), read_pos.max())) + 1, -1, dtype=np.int64)
+    lookup[held_pos] = np.arange(held_pos.size, dtype=np.int64)
+    index = lookup[read_pos]
     if (index < 0).any():
         return "as_strided reads storage outside the tensor its view chain starts from"
     return index
 
 
+def _storage_order(t: torch.Tensor) -> list[int] | None:
+    """The dims of ``t`` from outermost to innermost in storage, when its elements fill their span of
+    storage without gaps or overlaps for *every* size its symbols can take (proved on the symbolic
+    strides, not just the example's); else None. Transposed into that order and flattened, ``t``
+    is its own storage from ``t.storage_offset()`` on."""
+    sizes, strides, _ = _layout(t)
+    hinted = _hinted(_layout(t))
+    if hinted is None:
+        return None
+    order = sorted(range(t.dim()), key=lambda d: (-hinted[1][d], -hinted[0][d]))
+    expected: object = 1
+    for d in reversed(order):
+        if isinstance(sizes[d], int) and sizes[d] == 1:  # a size-1 dim's stride is never used
+            continue
+        if not statically_known_true(strides[d] == expected):
+            return None
+        expected = expected * sizes[d]
+    return order
+
+
+def _expr_nodes(node: torch.fx.Node, base: torch.fx.Node) -> list[torch.fx.Node]:
+    """Nodes whose symbolic sizes can supply the symbols of a storage offset: the view chain."""
+    chain, x = [], node
+    while isinstance(x, torch.fx.Node):
+        chain.append(x)
+        if x is base or x.op != "call_function":
+            break
+        x = x.args[0]
+    return chain
+
+
+def _symbols_of(n: torch.fx.Node) -> set:
+    val = n.meta.get("val")
+    if isinstance(val, torch.SymInt):
+        return {val.node.expr}
+    if isinstance(val, torch.Tensor):
+        return {s.node.expr for s in val.shape if isinstance(s, torch.SymInt)}
+    return set()
+
+
+def _lowerable(v: object, carriers: list[torch.fx.Node]) -> bool:
+    """Whether :func:`_sym_value` can compute ``v`` from sizes of ``carriers``."""
+    if isinstance(v, int):
+        return True
+    expr = v.node.expr
+    known = set().union(*(_symbols_of(n) for n in carriers))
+    kinds = (sympy.Integer, sympy.Symbol, sympy.Add, sympy.Mul, FloorDiv, PythonMod, Mod)
+    return expr.free_symbols <= known and all(isinstance(e, kinds) for e in sympy.preorder_traversal(expr))
+
+
+def _sym_value(ctx, v: object) -> h.Value:
+    """A SymInt (a storage offset: sums and products of sizes) as an i64 scalar computed in the graph
+    from the sizes of already lowered tensors that carry its symbols."""
+    if isinstance(v, int):
+        return h.const(v, torch.int64)
+    sources: dict = {}
+    for n, lowered in ctx.env.items():
+        val = n.meta.get("val")
+        if isinstance(val, torch.SymInt) and h.is_output(lowered):
+            sources.setdefault(val.node.expr, lowered)
+        elif isinstance(val, torch.Tensor) and h.is_output(lowered):
+            for d, s in enumerate(val.shape):
+                if isinstance(s, torch.SymInt):
+                    sources.setdefault(s.node.expr, (lowered, d))
+
+    def lower(e) -> ov.Output:
+        if isinstance(e, sympy.Integer):
+            return h.const(int(e), torch.int64)
+        if isinstance(e, sympy.Symbol):
+            if e not in sources:
+                raise NotImplementedError(f"no lowered tensor carries the size {e}")
+            src = sources[e]
+            return h.dim(*src) if isinstance(src, tuple) else h.cast(src, torch.int64)
+        args = [lower(a) for a in e.args]
+        if isinstance(e, (sympy.Add, sympy.Mul)):
+            combine = ops.add if isinstance(e, sympy.Add) else ops.multiply
+            out = args[0]
+            for a in args[1:]:
+                out = combine(out, a).output(0)
+            return out
+        if isinstance(e, FloorDiv):
+            return h.floor_div(*args)
+        if isinstance(e, (PythonMod, Mod)):
+            return ops.floor_mod(*args).output(0)
+        raise NotImplementedError(f"storage offset {e} has an operation the lowering does not compute")
+
+    return lower(v.node.expr)
+
+
+def _as_strided_reason(node: torch.fx.Node, base: torch.fx.Node) -> np.ndarray | str | None:
+    """The constant gather index (static layouts), None (symbolic layouts, positions computed in the
+    graph), or why the as_strided cannot read ``base``'s values."""
+    read, held = _layout(h.meta(node)), _layout(h.meta(base))
+    if _is_static(read) and _is_static(held):
+        return _gather_index(read, held)
+    example = (_hinted(read), _hinted(held))
+    if None in example:
+        return "as_strided of sizes without an example value (data-dependent)"
+    found = _gather_index(*example)
+    if isinstance(found, str):
+        return found
+    if _storage_order(h.meta(base)) is None:
+        return "as_strided with symbolic sizes needs the tensor its view chain starts from to fill its storage densely"
+    carriers = _expr_nodes(node, base)
+    if not (_lowerable(read[2], carriers) and _lowerable(held[2], carriers)):
+        return "as_strided with a storage offset not computable from the sizes of its view chain"
+    return None
+
+
 def _as_strided_view_ok(node):
-    index = _view_gather_index(node, view_base(node))
-    return index if isinstance(index, str) else None
+    found = _as_strided_reason(node, view_base(node))
+    return found if isinstance(found, str) else None
 
 
 @lowers(aten.as_strided.default, aten.as_strided_copy.default, validator=_as_strided_view_ok)
 def as_strided(ctx, node, x, size, stride, storage_offset=None):
+    """A Gather from the storage image of the view chain's base: a constant index for static layouts;
+    with symbolic sizes, ``offset + sum(arange(size[d]) * stride[d])`` computed in the graph from the
+    base transposed into storage order and flattened (positions past it, possible only for sizes
+    other than the example's, gather 0 where torch raises or reads another tensor's storage)."""
     base = view_base(node)
     if base not in ctx.env:  # the chain starts outside this partition: read what the input holds
         base = node.args[0]
-    index = _view_gather_index(node, base)
-    if isinstance(index, str):
-        raise ValueError(index)
-    if index.size == 0:
-        return ops.broadcast(h.cast_like(0, x), h.const(list(size), torch.int64)).output(0)
-    return ops.gather(_flat(ctx.env[base]), h.const(index, torch.int64), h.const(0, torch.int64)).output(0)
+    found = _as_strided_reason(node, base)
+    if isinstance(found, str):
+        raise ValueError(found)
+    if found is not None:
+        if found.size == 0:
+            return ops.broadcast(h.cast_like(0, x), h.const(list(size), torch.int64)).output(0)
+        return ops.gather(_flat(ctx.env[base]), h.const(found, torch.int64), h.const(0, torch.int64)).output(0)
+    held = h.meta(base)
+    order = _storage_order(held)
+    image = ctx.env[base]
+    if order != list(range(held.dim())):
+        image = h.transpose(image, order)
+    if storage_offset is None:
+        storage_offset = _sym_value(ctx, h.meta(node.args[0]).storage_offset())
+    pos = ops.subtract(h.i64(storage_offset), _sym_value(ctx, held.storage_offset())).output(0)
+    r = len(size)
+    for d, (s, st) in enumerate(zip(size, stride, strict=True)):
+        steps = ops.multiply(h.arange(s), h.i64(st)).output(0)
+        pos = ops.add(pos, h.reshape(steps, [-1 if i == d else 1 for i in range(r)])).output(0)
+    return ops.gather(_flat(image), pos, h.const(0, torch.int64)).output(0)
 
 
 @lowers(aten.as_strided_scatter.default, validator=_as_strided_ok)
