@@ -369,6 +369,21 @@ def test_as_strided():
     _check(scatter, x, src, ops=["aten.as_strided_scatter.default"])
 
 
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_as_strided_copy_reads_through_its_arguments_not_its_output_strides(dynamic):
+    """as_strided_copy's result is contiguous: the layout read comes from its size/stride arguments
+    (strides (1, 2) once came out transposed)."""
+
+    def fn(x):
+        return aten.as_strided_copy.default(x * 2, (2, x.shape[1] - 1), (1, 2), 1) + 1
+
+    x = torch.randn(3, 3)
+    out, report = run_fxvino(fn, x, fullgraph=True, dynamic=dynamic)
+    torch.testing.assert_close(out, fn(x), rtol=0, atol=0)
+    assert_all_on_openvino(report)
+    assert report.ov_ops["aten.as_strided_copy.default"] == 1, str(report)
+
+
 @pytest.mark.parametrize(
     "fn, shape",
     [

@@ -560,10 +560,23 @@ def _sym_value(ctx, v: object) -> h.Value:
     return lower(v.node.expr)
 
 
+def _read_layout(node: torch.fx.Node) -> tuple[list, list, object]:
+    """The storage layout an as_strided(_copy) reads, from its arguments: an as_strided_copy's own
+    output is a fresh contiguous tensor whose strides are not the ones it read through."""
+    def val(v: object) -> object:  # symbolic arguments are nodes in the graph
+        return v.meta["val"] if isinstance(v, torch.fx.Node) else v
+
+    _, size, stride, *rest = node.args
+    offset = val(rest[0] if rest else node.kwargs.get("storage_offset"))
+    if offset is None:
+        offset = h.meta(node.args[0]).storage_offset()
+    return [val(s) for s in size], [val(s) for s in stride], offset
+
+
 def _as_strided_reason(node: torch.fx.Node, base: torch.fx.Node) -> np.ndarray | str | None:
     """The constant gather index (static layouts), None (symbolic layouts, positions computed in the
     graph), or why the as_strided cannot read ``base``'s values."""
-    read, held = _layout(h.meta(node)), _layout(h.meta(base))
+    read, held = _read_layout(node), _layout(h.meta(base))
     if _is_static(read) and _is_static(held):
         return _gather_index(read, held)
     example = (_hinted(read), _hinted(held))
