@@ -563,6 +563,7 @@ def _sym_value(ctx, v: object) -> h.Value:
 def _read_layout(node: torch.fx.Node) -> tuple[list, list, object]:
     """The storage layout an as_strided(_copy) reads, from its arguments: an as_strided_copy's own
     output is a fresh contiguous tensor whose strides are not the ones it read through."""
+
     def val(v: object) -> object:  # symbolic arguments are nodes in the graph
         return v.meta["val"] if isinstance(v, torch.fx.Node) else v
 
