@@ -504,6 +504,21 @@ SPECS: list[Spec] = [
         _tf("Gemma2Config", "Gemma2ForCausalLM", num_key_value_heads=2, head_dim=16, sliding_window=8, **_DEC),
         True,
     ),
+    Spec(
+        "gemma3",
+        "decoder",
+        "QK-norm, local/global layers with their own rotary bases",
+        _tf(
+            "Gemma3TextConfig",
+            "Gemma3ForCausalLM",
+            num_key_value_heads=2,
+            head_dim=16,
+            sliding_window=8,
+            layer_types=["sliding_attention", "full_attention"],
+            **_DEC,
+        ),
+        True,
+    ),
     Spec("phi", "decoder", "partial rotary, parallel MLP", _tf("PhiConfig", "PhiForCausalLM", **_DEC), True),
     Spec(
         "phi3",

@@ -25,6 +25,14 @@ def run_fxvino(
     return out, report
 
 
+def cpu_computes_bf16() -> bool:
+    """Whether OpenVINO's CPU plugin has bf16 kernels here (AVX512-BF16 or AMX); elsewhere it runs a
+    bf16 request in f32, so tests of bf16 numerics expect f32 results on such machines."""
+    from fxvino.devices import core
+
+    return "BF16" in core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+
+
 def assert_all_on_openvino(report: fxvino.Report, partitions: int | None = 1) -> None:
     """Nothing fell back, everything compiled ran in OpenVINO partitions."""
     assert report.graphs, "fxvino compiled no graph"

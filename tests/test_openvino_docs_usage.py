@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from fxvino import zoo
-from harness import assert_all_on_openvino, run_fxvino
+from harness import assert_all_on_openvino, cpu_computes_bf16, run_fxvino
 
 
 def _small_mlp():
@@ -48,7 +48,10 @@ def test_float32_results_by_default_and_bf16_on_request():
     err16 = (out16 - ref).abs().max().item()
     # f32 must really be f32 (the CPU plugin would default to bf16 on AMX), bf16 really bf16.
     assert err32 < 1e-5, err32
-    assert 1e-5 < err16 < 5e-2, err16
+    if cpu_computes_bf16():
+        assert 1e-5 < err16 < 5e-2, err16
+    else:  # no bf16 kernels on this CPU: the plugin computes the bf16 request in f32
+        assert err16 < 1e-5, err16
     assert_all_on_openvino(report)
 
 

@@ -32,6 +32,24 @@ def test_heads_and_lengths(hq, hkv, length, keys):
     _check(_sdpa, q, k, v)
 
 
+@pytest.mark.parametrize("hq,hkv", [(4, 4), (4, 2)], ids=["mha", "gqa"])
+@pytest.mark.parametrize("kind", ["bool", "-inf", "finfo.min"])
+def test_fully_masked_rows_are_zero_as_in_pytorch(hq, hkv, kind):
+    """Rows whose keys are all masked (a left-padded batch's pad positions) are 0 in PyTorch; OpenVINO
+    gives NaN, which the next layer spreads to every position."""
+    q, k, v = _qkv(2, hq, hkv, 4, 4)
+    allowed = torch.ones(2, 1, 4, 4, dtype=torch.bool).tril()
+    allowed[1, :, :, :2] = False  # the second sequence is left-padded by two tokens
+    if kind == "bool":
+        mask = allowed
+    else:
+        fill = float("-inf") if kind == "-inf" else torch.finfo(torch.float32).min
+        mask = torch.zeros(allowed.shape).masked_fill(~allowed, fill)
+    expected = _sdpa(q, k, v, mask)
+    assert not expected.isnan().any()
+    _check(_sdpa, q, k, v, mask)
+
+
 @pytest.mark.parametrize("hq,hkv", [(4, 2), (8, 1)], ids=["gqa", "mqa"])
 @pytest.mark.parametrize("length,keys", [(5, 5), (3, 7), (1, 4)], ids=["square", "rect", "decode"])
 def test_causal_is_top_left_aligned(hq, hkv, length, keys):

@@ -73,7 +73,20 @@ def sdpa_flash_cpu(ctx, node, q, k, v, dropout_p=0.0, is_causal=False, *, attn_m
     out = ops.scaled_dot_product_attention(*args, causal=bool(is_causal)).output(0)
     if query is not q:
         out = h.reshape(out, [h.dim(q, 0), h.dim(q, 1), h.dim(q, 2), h.dim(v, 3)])
+    mask = node.kwargs.get("attn_mask")
+    if mask is not None:
+        out = _zero_fully_masked_rows(out, ctx.env[mask])
     return (out, None)
+
+
+def _zero_fully_masked_rows(out, mask):
+    """PyTorch gives 0 for a query row whose keys are all masked (OpenVINO: NaN). Left-padded
+    batches in generate() have such rows at every pad position, and a NaN there reaches every
+    position through the next layer's keys, so the rows are set to 0 as PyTorch does."""
+    if h.dtype_of(mask) != torch.bool:  # (the CPU plugin's ReduceMax of all -inf is -FLT_MAX: compare first)
+        mask = ops.greater(mask, h.cast_like(float("-inf"), mask)).output(0)
+    live = ops.reduce_logical_or(mask, h.const([-1], torch.int64), True).output(0)
+    return ops.select(live, out, h.cast_like(0, out)).output(0)
 
 
 def _folded_mask(q, k, mask, causal: bool, groups):

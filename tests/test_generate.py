@@ -1,0 +1,148 @@
+"""Text generation with transformers' own ``generate()`` on fxvino (the recipes in README "Text generation").
+
+Every test compares with eager PyTorch's tokens for the same random weights, checks that every
+compiled graph ran fully on OpenVINO (no op in PyTorch, no fallback), and counts compiled graphs:
+generation must not compile per token, and prompts of new lengths must stop compiling after the
+second length (Dynamo marks the changing sizes dynamic).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from benchmarks import models
+from harness import assert_all_on_openvino
+
+import fxvino
+
+pytestmark = pytest.mark.slow
+
+# The issue's list of architectures (suite names in benchmarks/models.py).
+ARCHS = [
+    "llama",
+    "qwen2",
+    "qwen3",
+    "mistral",  # sliding window 8, crossed by every generation here
+    "gemma2",  # soft-capping, alternating local/global layers
+    "gemma3",
+    "phi3",
+    "gpt2",
+    "opt",
+    "gpt-neox",
+    "falcon",
+    "mixtral",  # mixture of experts
+]
+GREEDY = {"do_sample": False, "pad_token_id": 0}
+
+
+def _decoder(name: str, positions: int = 1024):
+    """The model suite's small config for ``name`` with room for long generations, random weights."""
+    torch.manual_seed(0)
+    model, _ = models.BY_NAME[name].build()
+    config = model.config
+    config.max_position_embeddings = positions
+    torch.manual_seed(0)
+    return type(model)(config).eval()
+
+
+def _prompt(length: int, vocab: int, batch: int = 1, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, vocab, (batch, length), generator=g)
+
+
+def _generate(model, ids, new_tokens: int, **kwargs) -> torch.Tensor:
+    return model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **GREEDY, **kwargs)
+
+
+@pytest.mark.parametrize("name", ARCHS)
+def test_greedy_tokens_equal_eager_with_bounded_compiles(name):
+    """128 new tokens equal eager's; the first generation compiles at most 3 graphs (prefill, then
+    decode static and dynamic); a second prompt length adds at most one, a third none."""
+    model = _decoder(name)
+    vocab = model.config.vocab_size
+    prompts = [_prompt(12, vocab), _prompt(20, vocab, seed=1), _prompt(16, vocab, seed=2)]
+    new_tokens = [128, 16, 16]
+    expected = [_generate(model, p, n) for p, n in zip(prompts, new_tokens, strict=True)]
+    model.forward = torch.compile(model.forward, backend="fxvino")
+    compiled_after = []
+    with fxvino.collect_reports() as report:
+        for p, n, want in zip(prompts, new_tokens, expected, strict=True):
+            got = _generate(model, p, n)
+            assert torch.equal(got, want), f"{name}: tokens differ from eager at prompt length {p.shape[1]}"
+            compiled_after.append(len(report.graphs))
+    assert compiled_after[0] <= 3, f"{name}: {compiled_after[0]} graphs for one generation\n{report}"
+    assert compiled_after[1] - compiled_after[0] <= 1, f"{name}: a second prompt length compiled {compiled_after}"
+    assert compiled_after[2] == compiled_after[1], f"{name}: a third prompt length compiled {compiled_after}"
+    assert_all_on_openvino(report, partitions=None)
+
+
+def test_long_generation_compiles_three_graphs():
+    """512 tokens (prompt and generated) in one generate(): prefill, decode at the first cache length,
+    then one decode graph with a dynamic cache length: no compile per token."""
+    model = _decoder("llama")
+    ids = _prompt(12, model.config.vocab_size)
+    expected = _generate(model, ids, 500)
+    model.forward = torch.compile(model.forward, backend="fxvino")
+    with fxvino.collect_reports() as report:
+        got = _generate(model, ids, 500)
+    assert torch.equal(got, expected)
+    assert len(report.graphs) == 3, str(report)
+    assert_all_on_openvino(report, partitions=None)
+
+
+def test_batch_of_four_with_left_padding():
+    """Prompts of different lengths in one batch, left-padded with an attention mask."""
+    model = _decoder("llama")
+    lengths = [12, 7, 10, 4]
+    ids = torch.zeros(4, max(lengths), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, n in enumerate(lengths):
+        ids[row, -n:] = _prompt(n, model.config.vocab_size, seed=row)[0]
+        mask[row, -n:] = 1
+    expected = _generate(model, ids, 32, attention_mask=mask)
+    model.forward = torch.compile(model.forward, backend="fxvino")
+    with fxvino.collect_reports() as report:
+        got = _generate(model, ids, 32, attention_mask=mask)
+    assert torch.equal(got, expected)
+    assert_all_on_openvino(report, partitions=None)
+
+
+def test_sampling_is_reproducible_under_manual_seed():
+    model = _decoder("qwen2")
+    ids = _prompt(12, model.config.vocab_size)
+    model.forward = torch.compile(model.forward, backend="fxvino")
+    runs = []
+    with fxvino.collect_reports() as report:
+        for seed in (5, 5, 6):
+            torch.manual_seed(seed)
+            runs.append(model.generate(ids, max_new_tokens=24, do_sample=True, top_k=50, temperature=1.5, pad_token_id=0))
+    assert torch.equal(runs[0], runs[1])
+    assert not torch.equal(runs[0], runs[2]), "a different seed sampled the same 24 tokens"
+    assert_all_on_openvino(report, partitions=None)
+
+
+@pytest.mark.parametrize("recipe", ["forward", "module.compile", "compile_config"])
+def test_static_cache_and_recipes(recipe):
+    """StaticCache through the forward recipe, ``model.compile(backend=...)`` (the module compiled in
+    place, so generate() calls it), and transformers' own compiled decode (``compile_config``)."""
+    from transformers import CompileConfig
+
+    model = _decoder("llama")
+    vocab = model.config.vocab_size
+    prompts = [_prompt(12, vocab), _prompt(20, vocab, seed=1)]
+    cache = {} if recipe == "module.compile" else {"cache_implementation": "static"}
+    expected = [_generate(model, p, 24, **cache) for p in prompts]
+    if recipe == "forward":
+        model.forward = torch.compile(model.forward, backend="fxvino")
+    elif recipe == "module.compile":
+        model.compile(backend="fxvino")
+    else:
+        config = CompileConfig(backend="fxvino")
+        config._compile_all_devices = True  # transformers compiles decode only on accelerators otherwise
+        model.generation_config.compile_config = config
+    with fxvino.collect_reports() as report:
+        got = [_generate(model, p, 24, **cache) for p in prompts]
+    for g, e in zip(got, expected, strict=True):
+        assert torch.equal(g, e)
+    assert 1 <= len(report.graphs) <= 4, str(report)
+    assert_all_on_openvino(report, partitions=None)
