@@ -274,11 +274,17 @@ def _blame_compile_failure(
     culprit = isolation.blame_by_bisection(sub, isolation.compile_probe(job.options, constants))
     if culprit is None:
         return None
-    first = str(error).strip().splitlines()
     return _Blamed(
-        culprit,
-        f"OpenVINO compile failed with it (found by bisection): {type(error).__name__}: " + (first[0] if first else ""),
+        culprit, f"OpenVINO compile failed with it (found by bisection): {type(error).__name__}: {_ov_message(error)}"
     )
+
+
+def _ov_message(error: BaseException) -> str:
+    """The line of an OpenVINO exception that says what went wrong: its first lines name only the
+    C++ source file that threw ("Exception from src/inference/src/cpp/infer_request.cpp:224:")."""
+    lines = [ln.strip() for ln in str(error).strip().splitlines() if ln.strip()]
+    useful = [ln for ln in lines if not ln.startswith(("Exception from", "Check '")) and not ln.endswith(":")]
+    return (useful or lines or [""])[0]
 
 
 def _isolate(
@@ -387,9 +393,8 @@ class _GuardedPartition:
             if culprit is None:
                 return None
             job.isolations += 1
-            first = str(error).strip().splitlines()
-            reason = f"OpenVINO inference failed with it (found by bisection): {type(error).__name__}: " + (
-                first[0] if first else ""
+            reason = (
+                f"OpenVINO inference failed with it (found by bisection): {type(error).__name__}: {_ov_message(error)}"
             )
             placeholders_to_attrs(self.sub, self.constants, "_fxvino_const_")
             reasons = {

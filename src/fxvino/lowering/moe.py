@@ -59,6 +59,9 @@ def grouped_mm(ctx, node, x, weight, offs):
     experts = h.dim(weight, 0)
     valid = ops.less(expert, h.i64(experts)).output(0)
     expert = ops.minimum(expert, ops.subtract(h.i64(experts), h.const(1, torch.int64))).output(0)
-    every = ops.matmul(h.unsqueeze(x, 0), weight, False, False).output(0)  # [E, S, N]
-    mine = ops.gather(h.transpose(every, [1, 0, 2]), expert, h.const(1, torch.int64), 1).output(0)  # [S, N]
+    # One [S, K] x [K, E*N] product (weights side by side), not a batch-broadcast [1, S, K] x [E, K, N]
+    # MatMul, which the CPU plugin rejects once S is dynamic ("Can not clone with new dims").
+    side_by_side = h.reshape(h.transpose(weight, [1, 0, 2]), [h.dim(weight, 1), -1])
+    every = h.reshape(ops.matmul(x, side_by_side, False, False).output(0), [h.dim(x, 0), experts, -1])  # [S, E, N]
+    mine = ops.gather(every, expert, h.const(1, torch.int64), 1).output(0)  # [S, N]
     return ops.select(h.unsqueeze(valid, 1), mine, h.cast_like(h.const(0, torch.float32), mine)).output(0)
