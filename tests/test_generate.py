@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 from benchmarks import models
-from harness import assert_all_on_openvino
 
 import fxvino
+from harness import assert_all_on_openvino
 
 pytestmark = pytest.mark.slow
 
@@ -115,7 +115,9 @@ def test_sampling_is_reproducible_under_manual_seed():
     with fxvino.collect_reports() as report:
         for seed in (5, 5, 6):
             torch.manual_seed(seed)
-            runs.append(model.generate(ids, max_new_tokens=24, do_sample=True, top_k=50, temperature=1.5, pad_token_id=0))
+            runs.append(
+                model.generate(ids, max_new_tokens=24, do_sample=True, top_k=50, temperature=1.5, pad_token_id=0)
+            )
     assert torch.equal(runs[0], runs[1])
     assert not torch.equal(runs[0], runs[2]), "a different seed sampled the same 24 tokens"
     assert_all_on_openvino(report, partitions=None)
