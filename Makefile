@@ -7,7 +7,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint venv clean
+.PHONY: demo test lint venv clean venv-optimum bench-generate
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -26,9 +26,25 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest -q
 
+# optimum-intel (a contender of benchmarks/generate.py) pins another transformers: its own venv.
+# Its torchvision is a CUDA build that cannot load beside CPU torch, and transformers then fails to
+# import, so it is removed.
+OPT_VENV := .venv-optimum
+$(OPT_VENV)/.installed: benchmarks/constraints-torch.txt
+	test -x $(OPT_VENV)/bin/python || $(PY) -m venv $(OPT_VENV)
+	$(OPT_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(OPT_VENV)/bin/python -m pip install -q "optimum-intel[openvino]==2.2.0" -c benchmarks/constraints-torch.txt
+	$(OPT_VENV)/bin/python -m pip uninstall -y -q torchvision
+	touch $@
+
+venv-optimum: $(OPT_VENV)/.installed
+
+bench-generate: $(STAMP) $(OPT_VENV)/.installed
+	$(VENV)/bin/python -m benchmarks.generate --out benchmarks/generate_results.md
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(OPT_VENV) build src/*.egg-info .pytest_cache .ruff_cache
