@@ -148,3 +148,18 @@ def test_static_cache_and_recipes(recipe):
         assert torch.equal(g, e)
     assert 1 <= len(report.graphs) <= 4, str(report)
     assert_all_on_openvino(report, partitions=None)
+
+
+def test_example_script_generates_on_fxvino():
+    import ast
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "examples" / "generate.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "llama-tiny", "--new-tokens", "8"], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(ast.literal_eval(done.stdout.strip().splitlines()[-1])) == 8  # the ids of 8 new tokens (no tokenizer)
+    assert "tokens/s with fxvino on CPU" in done.stderr

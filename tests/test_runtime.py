@@ -206,3 +206,19 @@ def test_aot_wrappers_kept_with_grad_or_autocast():
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         assert compiled(x).dtype == torch.bfloat16
         assert _aot_wrapper_ran(compiled, x)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_one_graph_called_with_other_modules_weights_uses_them(grad):
+    """Dynamo passes parameters as unguarded inputs, so one compiled graph can be called with several
+    modules' weights; frozen constants must not stand in for the others' (they once silently did)."""
+    torch.manual_seed(0)
+    layers = [torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU()).eval() for _ in range(3)]
+    compiled = torch.compile(lambda m, x: m(x) * 2, backend="fxvino")
+    x = torch.randn(4, 8)
+    with collect_reports() as report, torch.set_grad_enabled(grad):
+        for _ in range(2):
+            for layer in layers:
+                torch.testing.assert_close(compiled(layer, x), layer(x) * 2)
+    assert not report.fallbacks and not report.torch_ops, str(report)
+    assert len(report.graphs) <= 2 + (2 if grad else 0), str(report)  # the frozen graph and one with weights as inputs

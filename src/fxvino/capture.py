@@ -13,6 +13,7 @@ import functools
 import gc
 import itertools
 import logging
+import operator
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -235,10 +236,83 @@ def _compile_aten(
             return make_boxed_func(gm)
         return _boxed_call_of(runner)
     publish(report)
-    boxed = _boxed_call(runner, None if not frozen else live)
+    if not frozen:
+        boxed, unboxed = _boxed_call(runner, None), _unboxed_call(runner, None)
+    else:
+        weights = _FrozenWeights(frozen, functools.partial(_compile_unfrozen, gm, options, next_id, report.name))
+        boxed, unboxed = weights.boxed(_graph_forward(runner), live), weights.unboxed(_graph_forward(runner), live)
     if direct is not None and kind == "inference" and _runtime_wrappers_idle(example_inputs):
-        direct.append((_unboxed_call(runner, None if not frozen else live), len(example_inputs)))
+        direct.append((unboxed, len(example_inputs)))
     return boxed
+
+
+class _FrozenWeights:
+    """Checks on every call that the parameters passed are the ones frozen into OpenVINO constants.
+
+    Dynamo passes parameters as graph inputs without guarding which tensors they are, so one graph
+    can serve several module instances (a graph break inside a repeated block calls the code after
+    it with each block's own weights). Frozen weights would silently be the first instance's; a
+    call with other tensors runs a second compile of the graph that takes every weight as an input
+    instead. The check is an identity test per frozen tensor, in C (~10 ns each).
+    """
+
+    def __init__(self, frozen: dict[int, torch.Tensor], compile_unfrozen: Callable[[], Callable]) -> None:
+        self.positions = tuple(frozen)
+        self.tensors = tuple(frozen.values())
+        self._compile_unfrozen = compile_unfrozen
+        self._unfrozen: Callable | None = None
+
+    def unfrozen(self) -> Callable:
+        if self._unfrozen is None:
+            self._unfrozen = self._compile_unfrozen()
+        return self._unfrozen
+
+    def boxed(self, forward: Callable, live: list[int]) -> Callable:
+        positions, tensors, same = self.positions, self.tensors, operator.is_
+
+        def run(args: list[Any]) -> Any:
+            if all(map(same, map(args.__getitem__, positions), tensors)):
+                return forward(*[args[i] for i in live])
+            return self.unfrozen()(*args)
+
+        run._boxed_call = True  # type: ignore[attr-defined]  # what make_boxed_func marks
+        return run
+
+    def unboxed(self, forward: Callable, live: list[int]) -> Callable:
+        positions, tensors, same = self.positions, self.tensors, operator.is_
+
+        def run(*args: Any) -> Any:
+            if all(map(same, map(args.__getitem__, positions), tensors)):
+                return forward(*[args[i] for i in live])
+            return self.unfrozen()(*args)
+
+        return run
+
+
+def _compile_unfrozen(gm: torch.fx.GraphModule, options: Options, next_id: Callable[[], str], name: str) -> Callable:
+    """``gm`` compiled with its parameters as inputs (see :class:`_FrozenWeights`), on first need."""
+    report = GraphReport(next_id(), "inference")
+    logger.warning(
+        "fxvino: graph %s was called with parameters other than the ones frozen into it (one graph shared "
+        "by several module instances); compiling it as %s with the weights as inputs",
+        name,
+        report.name,
+    )
+    try:
+        work = _LazyGraphModule(gm, copy.deepcopy(gm.graph))
+        with _gc_paused():
+            runner = partition_and_compile(work, options, report)
+    except Exception as e:  # noqa: BLE001 - degrade, never crash the model
+        logger.exception("fxvino: compiling graph %s failed", report.name)
+        runner, ran_on, inductor_why = isolation.inductor_fallback(gm)
+        why = f"{type(e).__name__}: {e}"
+        report.fallback(
+            Fallback("graph", f"{report.num_nodes} nodes", f"{why}; {inductor_why}" if inductor_why else why, ran_on)
+        )
+        publish(report)
+        return gm.forward if ran_on == "eager" else runner
+    publish(report)
+    return _graph_forward(runner)
 
 
 def _graph_forward(runner: torch.fx.GraphModule) -> Callable:
