@@ -32,7 +32,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 RESULT = "GENERATE-RESULT "
-CONTENDERS = ("eager", "inductor", "openvino", "optimum", "fxvino")
+CONTENDERS = ("eager", "inductor", "openvino", "optimum", "fxvino", "fxvino_static", "fxvino_dynamic")
+DEFAULT_CONTENDERS = ("eager", "inductor", "openvino", "optimum", "fxvino")
 SIZES: dict[str, dict[str, int]] = {
     # TinyLlama-1.1B's shape: 22 layers, 32 query / 4 KV heads, 5632-wide MLP (1.1B parameters).
     "1b": dict(
@@ -92,10 +93,11 @@ def _load(contender: str, path: Path, precision: str):
         import openvino.torch  # noqa: F401 - registers backend="openvino"
 
         model.forward = torch.compile(model.forward, backend="openvino")
-    elif contender == "fxvino":
+    elif contender.startswith("fxvino"):
         import fxvino  # noqa: F401
 
-        model.forward = torch.compile(model.forward, backend="fxvino")
+        dynamic = True if contender == "fxvino_dynamic" else None  # every size dynamic from the first call
+        model.forward = torch.compile(model.forward, backend="fxvino", dynamic=dynamic)
     return model
 
 
@@ -117,6 +119,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
     def generate(new: int) -> tuple[float, Any]:
         kwargs = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
+        if args.worker == "fxvino_static":  # a StaticCache, updated in place by the compiled graph
+            kwargs["cache_implementation"] = "static"
         start = time.perf_counter()
         with torch.no_grad():
             out = model.generate(prompt, attention_mask=mask, **kwargs)
@@ -233,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2, help="timed generations per process")
-    parser.add_argument("--contenders", default=",".join(CONTENDERS))
+    parser.add_argument("--contenders", default=",".join(DEFAULT_CONTENDERS), help=f"any of {', '.join(CONTENDERS)}")
     parser.add_argument("--precision", default=None, help="f32,bf16 (default: bf16 where the CPU has its kernels)")
     parser.add_argument("--cache", default=str(Path.home() / ".cache" / "fxvino-bench"))
     parser.add_argument("--optimum-python", default=str(REPO / ".venv-optimum" / "bin" / "python"))

@@ -222,3 +222,30 @@ def test_one_graph_called_with_other_modules_weights_uses_them(grad):
                 torch.testing.assert_close(compiled(layer, x), layer(x) * 2)
     assert not report.fallbacks and not report.torch_ops, str(report)
     assert len(report.graphs) <= 2 + (2 if grad else 0), str(report)  # the frozen graph and one with weights as inputs
+
+
+def test_large_dynamic_outputs_are_lent_and_never_overwritten():
+    """Outputs of >= LEND_BYTES with dynamic shapes come back over the request's memory (no copy);
+    the request stays out of the pool while any view of them lives, so later calls never write
+    into a result a caller still holds, including after the base tensor is gone and only a slice is
+    left, and when callers keep more results than MAX_LENT requests."""
+    from fxvino.runtime import LEND_BYTES, MAX_LENT
+
+    compiled = torch.compile(lambda x: x * 2 + 1, backend="fxvino", dynamic=True)
+    rows = LEND_BYTES // (4 * 64) + 1
+    inputs = [torch.randn(rows + i, 64) for i in range(MAX_LENT + 4)]
+    with torch.no_grad():
+        kept = [compiled(x) for x in inputs]  # more than MAX_LENT held at once: the rest are copies
+        tail = compiled(inputs[0])[-3:]  # only a slice of the base survives
+        for _ in range(3):
+            compiled(inputs[1])
+            compiled(inputs[2])
+    for x, out in zip(inputs, kept, strict=True):
+        torch.testing.assert_close(out, x * 2 + 1)
+    torch.testing.assert_close(tail, inputs[0][-3:] * 2 + 1)
+    del kept, tail  # every loan returns: the pool takes the requests back
+    import gc
+
+    gc.collect()
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(inputs[3]), inputs[3] * 2 + 1)

@@ -4,14 +4,19 @@ The call path is what per-call overhead is made of, so it is kept short. Each in
 comes from a pool (concurrent callers never share one) together with torch views of its own
 input and output buffers. A small static-shaped input is copied into the request's buffer:
 handing OpenVINO new memory on every call (``set_input_tensor``) costs more than copying a few
-kilobytes. A large input is handed over without a copy instead. Outputs are copied into fresh
-torch tensors, so a result never changes when the model runs again.
+kilobytes. A large input is handed over without a copy instead. Small outputs are copied into
+fresh torch tensors, so a result never changes when the model runs again. A large dynamic-shaped
+output (a KV cache growing by one position per decode step) is handed over without a copy
+instead, and the request that owns its memory is kept out of the pool until every tensor viewing
+that memory is freed: the next call takes another request, so nothing overwrites a live result.
 """
 
 from __future__ import annotations
 
 import math
 import queue
+import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +31,12 @@ COPY_IN_BYTES = 64 * 1024
 
 # The binding's own infer, without the Python wrapper that converts inputs and builds a result
 # dict (we read outputs through views): a few microseconds per call.
+# A dynamic-shaped output at least this large is lent rather than copied (see the module doc); at
+# most MAX_LENT requests per partition are out on loan (a caller keeping every result would
+# otherwise make a request, with its own buffers, per call), past that outputs are copied.
+LEND_BYTES = 256 * 1024
+MAX_LENT = 4
+
 _infer = getattr(getattr(ov, "_pyopenvino", None), "InferRequest", ov.InferRequest).infer
 _NO_INPUTS: dict = {}
 
@@ -38,7 +49,11 @@ def draw_seed() -> torch.Tensor:
 
 def _torch_view(tensor: ov.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     """A torch tensor over an OpenVINO tensor's memory (no copy)."""
-    view = torch.from_numpy(tensor.data)
+    return _torch_view_of(tensor.data, dtype)
+
+
+def _torch_view_of(array: Any, dtype: torch.dtype | None) -> torch.Tensor:
+    view = torch.from_numpy(array)  # its storage holds ``array`` until the last view is freed
     carrier = TORCH_TO_NUMPY_CARRIER.get(dtype) if dtype is not None else None
     return view.view(dtype) if carrier is not None else view
 
@@ -46,19 +61,36 @@ def _torch_view(tensor: ov.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
 class _Request:
     """An infer request and torch views of the buffers it owns (built once, reused)."""
 
-    __slots__ = ("request", "inputs", "outputs", "static_out")
+    __slots__ = ("request", "inputs", "outputs", "static_out", "lent", "on_loan", "retired", "lender")
 
-    def __init__(self, request: ov.InferRequest, copy_in: Sequence[tuple[int, torch.dtype]], static_out: Sequence):
+    def __init__(
+        self,
+        request: ov.InferRequest,
+        copy_in: Sequence[tuple[int, torch.dtype]],
+        static_out: Sequence,
+        lender: CompiledPartition | None = None,
+    ):
         self.request = request
         self.inputs = {i: _torch_view(request.get_input_tensor(i), dtype) for i, dtype in copy_in}
         self.outputs: dict[int, torch.Tensor] = {}
         self.static_out = static_out
+        self.lent = 0  # outputs handed over without a copy and still alive
+        self.on_loan = False  # kept out of the pool until ``lent`` drops to 0
+        self.retired = False  # never to be pooled again (its copy-in views went stale)
+        self.lender = lender
 
-    def output(self, index: int, dtype: torch.dtype | None) -> torch.Tensor:
-        """The output as a fresh tensor; static outputs live in one buffer, read through a view."""
+    def output(self, index: int, dtype: torch.dtype | None, lend: bool = False) -> torch.Tensor:
+        """The output as a fresh tensor; static outputs live in one buffer, read through a view.
+        With ``lend``, a large dynamic output is returned over the request's own memory."""
         view = self.outputs.get(index)
         if view is None:
-            view = _torch_view(self.request.get_output_tensor(index), dtype)
+            tensor = self.request.get_output_tensor(index)
+            if lend and index not in self.static_out and tensor.byte_size >= LEND_BYTES:
+                array = tensor.data
+                self.lent += 1
+                weakref.finalize(array, self.lender._returned, self)  # when the last view is freed
+                return _torch_view_of(array, dtype)
+            view = _torch_view(tensor, dtype)
             if index in self.static_out:
                 self.outputs[index] = view
         return view.clone()
@@ -84,9 +116,31 @@ class CompiledPartition:
         self._static_out = frozenset(i for i, port in enumerate(compiled.outputs) if port.get_partial_shape().is_static)
         # Requests are made on first use: not in the fake mode the compiler runs under.
         self._pool: queue.SimpleQueue[_Request] = queue.SimpleQueue()
+        self._loans = threading.Lock()
+        self._on_loan = 0  # requests out of the pool because callers hold their outputs
 
     def _new_request(self) -> _Request:
-        return _Request(self.compiled.create_infer_request(), self._copy_in, self._static_out)
+        return _Request(self.compiled.create_infer_request(), self._copy_in, self._static_out, self)
+
+    def _returned(self, slot: _Request) -> None:
+        """A lent output's memory was freed (a finalizer: any thread, any time)."""
+        with self._loans:
+            slot.lent -= 1
+            if slot.lent or not slot.on_loan:
+                return
+            slot.on_loan = False
+            self._on_loan -= 1
+        if not slot.retired:
+            self._pool.put(slot)
+
+    def _put_back(self, slot: _Request) -> None:
+        with self._loans:
+            if slot.lent:
+                slot.on_loan = True
+                self._on_loan += 1
+                return
+        if not slot.retired:
+            self._pool.put(slot)
 
     def __call__(self, *args: Any) -> tuple[Any, ...]:
         try:
@@ -122,14 +176,17 @@ class CompiledPartition:
                 alive.append(a)
                 request.set_input_tensor(i, to_ov_tensor(a))
             _infer(request, _NO_INPUTS, True, False)  # inputs are set; results are read below
-            return tuple(_take(slot, spec, args) for spec in self.outputs)
+            lend = self._on_loan < MAX_LENT
+            return tuple(_take(slot, spec, args, lend) for spec in self.outputs)
         finally:
             if rebound:  # its views no longer show what OpenVINO reads: start afresh
+                slot.retired = True
+                self._put_back(slot)
                 slot = self._new_request()
-            self._pool.put(slot)
+            self._put_back(slot)
 
 
-def _take(slot: _Request, spec: OutputSpec, args: Sequence[Any]) -> Any:
+def _take(slot: _Request, spec: OutputSpec, args: Sequence[Any], lend: bool) -> Any:
     if spec.kind == "python":
         return spec.value
     if spec.kind == "view":  # a view of an input: sizes and offset computed, the data is the input's
@@ -146,4 +203,4 @@ def _take(slot: _Request, spec: OutputSpec, args: Sequence[Any]) -> Any:
         return float(slot.request.get_output_tensor(spec.index).data)
     if spec.kind == "symbool":
         return bool(slot.request.get_output_tensor(spec.index).data)
-    return slot.output(spec.index, spec.dtype)
+    return slot.output(spec.index, spec.dtype, lend)
