@@ -50,8 +50,11 @@ def test_float32_results_by_default_and_bf16_on_request():
     assert err32 < 1e-5, err32
     if cpu_computes_bf16():
         assert 1e-5 < err16 < 5e-2, err16
-    else:  # no bf16 kernels on this CPU: the plugin computes the bf16 request in f32
+    else:  # no bf16 kernels on this CPU: the plugin computes the bf16 request in f32, and fxvino says so
         assert err16 < 1e-5, err16
+        from fxvino.devices import warn_if_precision_emulated
+
+        assert warn_if_precision_emulated("CPU", "bf16")
     assert_all_on_openvino(report)
 
 

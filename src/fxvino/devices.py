@@ -7,6 +7,7 @@ One ``ov.Core`` per process: it only caches plugins, and fxvino never calls
 from __future__ import annotations
 
 import functools
+import logging
 
 import openvino as ov
 
@@ -50,3 +51,30 @@ def supported_properties(device: str) -> frozenset[str]:
         return frozenset(str(p) for p in core().get_property(device.split(":")[0], "SUPPORTED_PROPERTIES"))
     except Exception:  # noqa: BLE001 - virtual devices may not answer; then pass everything
         return frozenset()
+
+
+_CAPABILITY = {"bf16": "BF16", "f16": "FP16"}
+
+
+@functools.cache
+def warn_if_precision_emulated(device: str, precision: str) -> bool:
+    """Warn (once per device and precision) when the device has no kernels for ``precision``:
+    OpenVINO then computes in f32 without saying so, and a user asking for bf16 on a CPU without
+    AMX or AVX512-BF16 would otherwise never learn why nothing got faster. True if it warned."""
+    need = _CAPABILITY.get(precision)
+    if need is None or device.split(":")[0] in VIRTUAL_DEVICES:
+        return False
+    try:
+        capabilities = [str(c) for c in core().get_property(device.split(":")[0], "OPTIMIZATION_CAPABILITIES")]
+    except Exception:  # noqa: BLE001 - a device that does not answer is not judged
+        return False
+    if need in capabilities:
+        return False
+    logging.getLogger("fxvino").warning(
+        "fxvino: precision %r was asked for, but %s has no %s kernels (capabilities: %s); OpenVINO computes in f32",
+        precision,
+        device,
+        need,
+        ", ".join(capabilities),
+    )
+    return True

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from fxvino.devices import available_devices, check_device, supported_properties
+from fxvino.devices import available_devices, check_device, supported_properties, warn_if_precision_emulated
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 PRECISIONS = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
@@ -125,6 +125,7 @@ class Options:
         copy of each blob. A ``CACHE_DIR`` given in ``config`` still passes through.
         """
         known = supported_properties(self.device)
+        warn_if_precision_emulated(self.device, self.precision)
         cfg: dict[str, Any] = {k: v for k, v in MODE_CONFIG[self.mode].items() if not known or k in known}
         cfg["INFERENCE_PRECISION_HINT"] = PRECISIONS[self.precision]
         cfg.update(self.config)
