@@ -488,6 +488,8 @@ def _foldable(node: torch.fx.Node, values: dict[torch.fx.Node, torch.Tensor]) ->
         return False
     if target._schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags:
         return False
+    if str(target) in KEEP_UNFOLDED:
+        return False
     if not isinstance(node.meta.get("val"), torch.Tensor):
         return False
     if any(u.op == "output" for u in node.users):  # a graph output must be a fresh tensor per call
@@ -496,6 +498,13 @@ def _foldable(node: torch.fx.Node, values: dict[torch.fx.Node, torch.Tensor]) ->
     if target in SHAPE_ONLY_OPS and inputs and _shape_only(node.args[0]) is not None:
         inputs = inputs[1:]  # reads only the (static) shape and dtype of its first argument
     return all(a in values for a in inputs)
+
+
+# A dequantize of a constant int8 weight stays an op: OpenVINO keeps Convert(int8 constant) ->
+# Subtract -> Multiply in int8 (a quarter of the memory, int8 kernels); folded, it is a float weight.
+KEEP_UNFOLDED = frozenset(
+    {"quantized_decomposed.dequantize_per_channel.default", "quantized_decomposed.dequantize_per_tensor.default"}
+)
 
 
 # Ops whose result depends on their first argument's shape and dtype, not on its values: with

@@ -27,6 +27,7 @@ FAMILIES = (
     "dynamic_output",
     "fft",
     "moe",
+    "quantized",
     "declined",
 )
 

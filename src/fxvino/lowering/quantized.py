@@ -1,0 +1,96 @@
+"""PT2E quantization's ``quantized_decomposed`` ops onto OpenVINO's int8 vocabulary.
+
+PT2E (``prepare_pt2e``/``convert_pt2e``) leaves float ops between quantize/dequantize pairs. OpenVINO's
+low-precision transformations recognise two patterns and run the op between them in int8:
+a ``FakeQuantize`` on activations, and ``Convert(int8 constant) -> Subtract(zero point) ->
+Multiply(scale)`` on weights. A dequantize of a quantize with the same parameters therefore
+becomes one FakeQuantize of the float input; a dequantize of anything else (int8 weights, a
+quantized graph input) becomes Convert/Subtract/Multiply. A lone quantize computes PyTorch's
+``clamp(round(x * (1 / scale)) + zero_point)`` and converts to the integer type.
+
+FakeQuantize rounds halves away from zero where PyTorch rounds them to even: a value exactly
+half-way between two levels can land one level (one ``scale``) apart from eager.
+"""
+
+from __future__ import annotations
+
+import openvino.opset16 as ops
+import torch
+
+from fxvino.lowering import helpers as h
+from fxvino.lowering.registry import lowers_named
+
+_Q_TENSOR = "quantized_decomposed.quantize_per_tensor.default"
+_DQ_TENSOR = "quantized_decomposed.dequantize_per_tensor.default"
+_Q_CHANNEL = "quantized_decomposed.quantize_per_channel.default"
+_DQ_CHANNEL = "quantized_decomposed.dequantize_per_channel.default"
+
+
+def _per_channel(v, axis: int, rank: int):
+    """A per-channel scale or zero point shaped to broadcast along ``axis`` of a rank-``rank`` tensor."""
+    return h.reshape(h.cast(v, torch.float32), [-1 if d == axis else 1 for d in range(rank)])
+
+
+def _scalar(v):
+    return h.cast(v, torch.float32) if h.is_output(v) else h.const(float(v), torch.float32)
+
+
+def _quantize(x, scale, zero_point, qmin: int, qmax: int, dtype: torch.dtype):
+    x = h.cast(x, torch.float32)
+    scaled = ops.multiply(x, ops.divide(h.const(1.0, torch.float32), scale)).output(0)
+    q = ops.add(ops.round(scaled, "half_to_even").output(0), zero_point).output(0)
+    q = ops.clamp(q, float(qmin), float(qmax)).output(0)
+    return h.cast(q, dtype)
+
+
+def _dequantize(q, scale, zero_point, out_dtype: torch.dtype):
+    centred = ops.subtract(h.cast(q, torch.float32), zero_point).output(0)
+    return h.cast(ops.multiply(centred, scale).output(0), out_dtype)
+
+
+def _same_parameters(dq: torch.fx.Node, q: torch.fx.Node, first: int) -> bool:
+    return list(dq.args[first:]) == list(q.args[first:])
+
+
+@lowers_named(_Q_TENSOR)
+def quantize_per_tensor(ctx, node, x, scale, zero_point, quant_min, quant_max, dtype):
+    return _quantize(x, _scalar(scale), _scalar(zero_point), quant_min, quant_max, dtype)
+
+
+@lowers_named(_DQ_TENSOR)
+def dequantize_per_tensor(ctx, node, q, scale, zero_point, quant_min, quant_max, dtype, *, out_dtype=None):
+    out_dtype = out_dtype or torch.float32
+    source = node.args[0]
+    if (
+        isinstance(source, torch.fx.Node)
+        and str(source.target) == _Q_TENSOR
+        and _same_parameters(node, source, 1)
+        and isinstance(scale, float | int)
+        and isinstance(zero_point, int)
+        and source.args[0] in ctx.env
+    ):  # quantize -> dequantize: one FakeQuantize, which OpenVINO turns into int8 execution
+        lo = (quant_min - zero_point) * scale
+        hi = (quant_max - zero_point) * scale
+        x = h.cast(ctx.env[source.args[0]], torch.float32)
+        lo_c, hi_c = h.const(lo, torch.float32), h.const(hi, torch.float32)
+        fq = ops.fake_quantize(x, lo_c, hi_c, lo_c, hi_c, quant_max - quant_min + 1).output(0)
+        return h.cast(fq, out_dtype)
+    return _dequantize(q, _scalar(scale), _scalar(zero_point), out_dtype)
+
+
+@lowers_named(_Q_CHANNEL)
+def quantize_per_channel(ctx, node, x, scales, zero_points, axis, quant_min, quant_max, dtype):
+    rank = h.rank(x)
+    axis = axis % rank
+    return _quantize(
+        x, _per_channel(scales, axis, rank), _per_channel(zero_points, axis, rank), quant_min, quant_max, dtype
+    )
+
+
+@lowers_named(_DQ_CHANNEL)
+def dequantize_per_channel(ctx, node, q, scales, zero_points, axis, quant_min, quant_max, dtype, *, out_dtype=None):
+    """Convert/Subtract/Multiply: on a constant int8 weight, the pattern OpenVINO keeps in int8."""
+    rank = h.rank(q)
+    axis = axis % rank
+    scales, zero_points = _per_channel(scales, axis, rank), _per_channel(zero_points, axis, rank)
+    return _dequantize(q, scales, zero_points, out_dtype or torch.float32)
