@@ -81,3 +81,37 @@ def test_quantize_and_dequantize_alone_are_exact():
         assert got.dtype == want.dtype
         torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
     assert_all_on_openvino(report)
+
+
+def test_pt2e_dynamic_quantization_runs_on_openvino():
+    """Dynamic quantization: scale and zero point chosen from each call's activations in the graph
+    (``choose_qparams.tensor``), then ``quantize/dequantize_per_tensor.tensor``."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)).eval()
+    x = torch.randn(8, 64)
+    config = x86.get_default_x86_inductor_quantization_config(is_dynamic=True)
+    quantizer = x86.X86InductorQuantizer().set_global(config)
+    prepared = pt2e.prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
+    prepared(x)
+    quantized = pt2e.convert_pt2e(prepared)
+    compiled = torch.compile(quantized, backend="fxvino")
+    from fxvino import collect_reports
+
+    with collect_reports() as report, torch.no_grad():
+        for scale in (1.0, 7.0):  # another range: other parameters, computed per call
+            torch.testing.assert_close(compiled(x * scale), quantized(x * scale), atol=1e-5, rtol=1e-5)
+    assert_all_on_openvino(report)
+    assert report.ov_ops["quantized_decomposed.choose_qparams.tensor"] == 2, str(report)
+
+
+def test_choose_qparams_matches_pytorch():
+    def fn(x):
+        scale, zero_point = qd.choose_qparams.tensor(x * 1.5, 0, 255, torch.finfo(torch.float32).eps, torch.uint8)
+        return scale, zero_point
+
+    for x in (torch.randn(5, 7), torch.rand(3, 4) + 1.0, -torch.rand(9)):  # mixed, all positive, all negative
+        out, report = run_fxvino(fn, x)
+        for got, want in zip(out, fn(x), strict=True):
+            assert got.dtype == want.dtype and got.shape == want.shape
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
+        assert_all_on_openvino(report)

@@ -22,6 +22,9 @@ from fxvino.lowering.registry import lowers_named
 
 _Q_TENSOR = "quantized_decomposed.quantize_per_tensor.default"
 _DQ_TENSOR = "quantized_decomposed.dequantize_per_tensor.default"
+_Q_DYNAMIC = "quantized_decomposed.quantize_per_tensor.tensor"  # scale and zero point are tensors
+_DQ_DYNAMIC = "quantized_decomposed.dequantize_per_tensor.tensor"
+_CHOOSE = "quantized_decomposed.choose_qparams.tensor"
 _Q_CHANNEL = "quantized_decomposed.quantize_per_channel.default"
 _DQ_CHANNEL = "quantized_decomposed.dequantize_per_channel.default"
 
@@ -35,9 +38,16 @@ def _scalar(v):
     return h.cast(v, torch.float32) if h.is_output(v) else h.const(float(v), torch.float32)
 
 
-def _quantize(x, scale, zero_point, qmin: int, qmax: int, dtype: torch.dtype):
+def _inverse(scale):
+    """``1 / scale`` as PyTorch multiplies by it: a Python scale is inverted in double, then rounded."""
+    if h.is_output(scale):
+        return ops.divide(h.const(1.0, torch.float32), h.cast(scale, torch.float32)).output(0)
+    return h.const(1.0 / float(scale), torch.float32)
+
+
+def _quantize(x, inverse_scale, zero_point, qmin: int, qmax: int, dtype: torch.dtype):
     x = h.cast(x, torch.float32)
-    scaled = ops.multiply(x, ops.divide(h.const(1.0, torch.float32), scale)).output(0)
+    scaled = ops.multiply(x, inverse_scale).output(0)
     q = ops.add(ops.round(scaled, "half_to_even").output(0), zero_point).output(0)
     q = ops.clamp(q, float(qmin), float(qmax)).output(0)
     return h.cast(q, dtype)
@@ -52,18 +62,35 @@ def _same_parameters(dq: torch.fx.Node, q: torch.fx.Node, first: int) -> bool:
     return list(dq.args[first:]) == list(q.args[first:])
 
 
-@lowers_named(_Q_TENSOR)
+@lowers_named(_Q_TENSOR, _Q_DYNAMIC)
 def quantize_per_tensor(ctx, node, x, scale, zero_point, quant_min, quant_max, dtype):
-    return _quantize(x, _scalar(scale), _scalar(zero_point), quant_min, quant_max, dtype)
+    return _quantize(x, _inverse(scale), _scalar(zero_point), quant_min, quant_max, dtype)
 
 
-@lowers_named(_DQ_TENSOR)
+@lowers_named(_CHOOSE)
+def choose_qparams(ctx, node, x, quant_min, quant_max, eps, dtype):
+    """Dynamic quantization's affine scale and zero point from the tensor's range (which always
+    includes 0), as ``torch.ao.quantization.utils.determine_qparams`` computes them."""
+    x = h.cast(h.reshape(x, [-1]), torch.float32)
+    axes = h.const([0], torch.int64)
+    zero = h.const(0.0, torch.float32)
+    low = ops.minimum(h.reduce_extreme(x, axes, False, True), zero).output(0)
+    high = ops.maximum(h.reduce_extreme(x, axes, True, True), zero).output(0)
+    scale = ops.divide(ops.subtract(high, low), h.const(float(quant_max - quant_min), torch.float32)).output(0)
+    scale = ops.maximum(scale, h.const(float(eps), torch.float32)).output(0)
+    shift = h.cast(ops.round(ops.divide(low, scale), "half_to_even").output(0), torch.int32)
+    zero_point = ops.subtract(h.const(quant_min, torch.int32), shift).output(0)
+    zero_point = ops.clamp(zero_point, float(quant_min), float(quant_max)).output(0)
+    return h.cast(scale, torch.float64), h.cast(zero_point, torch.int64)
+
+
+@lowers_named(_DQ_TENSOR, _DQ_DYNAMIC)
 def dequantize_per_tensor(ctx, node, q, scale, zero_point, quant_min, quant_max, dtype, *, out_dtype=None):
     out_dtype = out_dtype or torch.float32
     source = node.args[0]
     if (
         isinstance(source, torch.fx.Node)
-        and str(source.target) == _Q_TENSOR
+        and str(source.target) in (_Q_TENSOR, _Q_DYNAMIC)
         and _same_parameters(node, source, 1)
         and isinstance(scale, float | int)
         and isinstance(zero_point, int)
@@ -82,9 +109,8 @@ def dequantize_per_tensor(ctx, node, q, scale, zero_point, quant_min, quant_max,
 def quantize_per_channel(ctx, node, x, scales, zero_points, axis, quant_min, quant_max, dtype):
     rank = h.rank(x)
     axis = axis % rank
-    return _quantize(
-        x, _per_channel(scales, axis, rank), _per_channel(zero_points, axis, rank), quant_min, quant_max, dtype
-    )
+    inverse = ops.divide(h.const(1.0, torch.float32), _per_channel(scales, axis, rank)).output(0)
+    return _quantize(x, inverse, _per_channel(zero_points, axis, rank), quant_min, quant_max, dtype)
 
 
 @lowers_named(_DQ_CHANNEL)
