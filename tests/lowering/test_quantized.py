@@ -115,3 +115,39 @@ def test_choose_qparams_matches_pytorch():
             assert got.dtype == want.dtype and got.shape == want.shape
             torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
         assert_all_on_openvino(report)
+
+
+class _SharedReluBlock(torch.nn.Module):
+    """A torchvision-style residual block: one nn.ReLU module applied three times."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1, self.c2 = torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.relu = torch.nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.relu(self.c1(x))
+        return self.relu(self.c2(self.relu(y)) + x)
+
+
+def test_reused_modules_quantize_after_separate_module_calls():
+    """The stock x86 quantizer rejects a module called several times; ``separate_module_calls``
+    gives each call its own source partition, and the model then runs in int8 on OpenVINO."""
+    from fxvino.quantization import separate_module_calls
+
+    torch.manual_seed(0)
+    model, x = _SharedReluBlock().eval(), torch.randn(2, 8, 12, 12)
+    quantizer = x86.X86InductorQuantizer().set_global(x86.get_default_x86_inductor_quantization_config())
+    with pytest.raises(ValueError, match="more than one output node"):
+        pt2e.prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
+    exported = torch.export.export(model, (x,)).module()
+    assert separate_module_calls(exported) == 1  # relu(relu(y)) is one connected group: 2 groups in all
+    torch.testing.assert_close(exported(x), model(x))  # metadata only: the same computation
+    prepared = pt2e.prepare_pt2e(exported, quantizer)
+    prepared(x)
+    quantized = pt2e.convert_pt2e(prepared, fold_quantize=True)
+    expected = quantized(x)
+    out, report = run_fxvino(quantized, x)
+    assert_all_on_openvino(report)
+    assert _runtime_precisions(report, ("Convolution",)) <= {"u8", "i8"}, str(report)
+    assert (out - expected).abs().max() <= 0.05 * expected.abs().max()
