@@ -147,6 +147,7 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
         for i, t in enumerate(example_inputs)
         if isinstance(t, torch.Tensor) and get_static_address_type(t) is not None
     }
+    static = _flattened_static(example_inputs, static)
     # Decided here, in the caller's state: AOTAutograd compiles with autocast (and grad) off.
     plain_call = not (torch.is_grad_enabled() or torch._C._is_any_autocast_enabled())
     plain_call = plain_call and not any(isinstance(a, (list, tuple, dict)) for a in example_inputs)
@@ -402,6 +403,43 @@ def _backward_in_pytorch(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
     return make_boxed_func(gm)
 
 
+class _FlatStatic(dict):
+    """Static inputs keyed by their position among the tensors AOTAutograd's graph takes once it
+    has unwrapped tensor subclasses (torchao's quantized weights): its graph sees the inner
+    tensors (int8 data, scales), and those are what can be frozen."""
+
+
+def _flattened_static(example_inputs: Sequence[Any], static: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    if not any(is_traceable_wrapper_subclass(t) for t in example_inputs):
+        return static
+    flat: _FlatStatic = _FlatStatic()
+    position = 0
+
+    def walk(t: Any, is_static: bool) -> None:
+        nonlocal position
+        if is_traceable_wrapper_subclass(t):
+            attrs, _ = t.__tensor_flatten__()
+            for a in attrs:
+                walk(getattr(t, a), is_static)
+            return
+        if is_static:
+            flat[position] = t
+        position += 1
+
+    for i, t in enumerate(example_inputs):
+        walk(t, i in static)
+    return flat
+
+
+def _mutated(placeholder: torch.fx.Node) -> bool:
+    return any(
+        u.op == "call_function" and u.target is torch.ops.aten.copy_.default and u.args[0] is placeholder
+        for u in placeholder.users
+    )
+
+
 def _frozen_inputs(gm: torch.fx.GraphModule, static: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
     """Parameters and buffers of an inference graph that can become OpenVINO constants.
 
@@ -416,8 +454,14 @@ def _frozen_inputs(gm: torch.fx.GraphModule, static: dict[int, torch.Tensor]) ->
     if meta is None or not static:
         return {}
     frozen = {}
-    for i in meta.static_input_indices:
-        if i >= len(placeholders) or i not in static or meta.input_info[i].mutates_data:
+    if isinstance(static, _FlatStatic):  # positions of unwrapped subclass tensors: checked on the graph
+        candidates = [i for i in static if i < len(placeholders) and not _mutated(placeholders[i])]
+    else:
+        candidates = [
+            i for i in meta.static_input_indices if i < len(placeholders) and not meta.input_info[i].mutates_data
+        ]
+    for i in candidates:
+        if i not in static:
             continue
         val = placeholders[i].meta.get("val")
         real = static[i]

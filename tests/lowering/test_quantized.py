@@ -151,3 +151,18 @@ def test_reused_modules_quantize_after_separate_module_calls():
     assert_all_on_openvino(report)
     assert _runtime_precisions(report, ("Convolution",)) <= {"u8", "i8"}, str(report)
     assert (out - expected).abs().max() <= 0.05 * expected.abs().max()
+
+
+def test_torchao_int8_weight_only_freezes_the_int8_weights():
+    """torchao's weight-only int8 (a tensor subclass) reaches the graph as int8 data and scales;
+    those inner tensors are frozen into OpenVINO constants like plain weights."""
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 64)).eval()
+    quantize_(model, Int8WeightOnlyConfig())
+    x = torch.randn(4, 256)
+    out, report = run_fxvino(model, x)
+    torch.testing.assert_close(out, model(x), atol=1e-5, rtol=1e-5)
+    assert_all_on_openvino(report)
+    assert report.graphs[0].frozen_inputs >= 4, str(report)  # int8 data and scale of both layers
