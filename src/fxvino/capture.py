@@ -31,6 +31,8 @@ from fxvino.graph_edit import placeholders_to_attrs
 from fxvino.lowering.convert import fetch_attr
 from fxvino.options import Options
 from fxvino.partition import partition_and_compile
+from fxvino.quantization import weight_only
+from fxvino.quantization.weight_only import scale_weights_not_products
 from fxvino.report import Fallback, GraphReport, publish
 
 logger = logging.getLogger("fxvino")
@@ -223,6 +225,7 @@ def _compile_aten(
         work = _LazyGraphModule(gm, copy.deepcopy(gm.graph))  # code is generated only if run
         with unset_fake_temporarily():  # AOTAutograd calls us in fake mode; weights are real
             _freeze(work, frozen)
+            scale_weights_not_products(work)
             report.folded_nodes = fold_constants(work)
         runner = partition_and_compile(work, options, report)
     except Exception as e:  # noqa: BLE001 - a bug of ours must degrade, not crash the model
@@ -532,7 +535,7 @@ def _foldable(node: torch.fx.Node, values: dict[torch.fx.Node, torch.Tensor]) ->
         return False
     if target._schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags:
         return False
-    if str(target) in KEEP_UNFOLDED:
+    if str(target) in KEEP_UNFOLDED or node.meta.get(weight_only.KEEP_UNFOLDED):
         return False
     if not isinstance(node.meta.get("val"), torch.Tensor):
         return False

@@ -155,7 +155,8 @@ def test_reused_modules_quantize_after_separate_module_calls():
 
 def test_torchao_int8_weight_only_freezes_the_int8_weights():
     """torchao's weight-only int8 (a tensor subclass) reaches the graph as int8 data and scales;
-    those inner tensors are frozen into OpenVINO constants like plain weights."""
+    those inner tensors are frozen into OpenVINO constants like plain weights, and the products
+    read the int8 weights directly (the scale moved from the product onto the weight)."""
     from torchao.quantization import Int8WeightOnlyConfig, quantize_
 
     torch.manual_seed(0)
@@ -166,3 +167,10 @@ def test_torchao_int8_weight_only_freezes_the_int8_weights():
     torch.testing.assert_close(out, model(x), atol=1e-5, rtol=1e-5)
     assert_all_on_openvino(report)
     assert report.graphs[0].frozen_inputs >= 4, str(report)  # int8 data and scale of both layers
+    compiled = report.graphs[0].ov_partitions[0].compiled
+    weights = [
+        str(op.inputs()[1].get_element_type())
+        for op in compiled.get_runtime_model().get_ordered_ops()
+        if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"
+    ]
+    assert weights == ["<Type: 'int8_t'>"] * 2, weights  # kept compressed: a quarter of the bytes per call

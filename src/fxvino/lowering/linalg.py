@@ -35,6 +35,10 @@ def _matmul(a: ov.Output, b: ov.Output) -> ov.Output:
         np.copyto(owned.data, data)
         weights = ops.constant(owned).output(0)
         return ops.matmul(a, weights, False, True).output(0)
+    if node.get_type_name() == "Transpose" and h.rank(b) == 2:  # x @ w.t(): read w as transpose_b
+        order = node.input_value(1).get_node()
+        if order.get_type_name() == "Constant" and list(order.get_data()) == [1, 0]:
+            return ops.matmul(a, node.input_value(0), False, True).output(0)
     return ops.matmul(a, b, False, False).output(0)
 
 
