@@ -32,7 +32,17 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 RESULT = "GENERATE-RESULT "
-CONTENDERS = ("eager", "inductor", "openvino", "optimum", "fxvino", "fxvino_static", "fxvino_dynamic")
+CONTENDERS = (
+    "eager",
+    "inductor",
+    "openvino",
+    "optimum",
+    "fxvino",
+    "fxvino_static",
+    "fxvino_dynamic",
+    "optimum_int8",  # optimum-intel's int8 weight compression (load_in_8bit=True)
+    "fxvino_int8wo",  # torchao Int8WeightOnlyConfig, then fxvino
+)
 DEFAULT_CONTENDERS = ("eager", "inductor", "openvino", "optimum", "fxvino")
 SIZES: dict[str, dict[str, int]] = {
     # TinyLlama-1.1B's shape: 22 layers, 32 query / 4 KV heads, 5632-wide MLP (1.1B parameters).
@@ -75,12 +85,12 @@ def _load(contender: str, path: Path, precision: str):
     import torch
 
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    if contender == "optimum":
+    if contender.startswith("optimum"):
         from optimum.intel import OVModelForCausalLM
 
         hint = {"INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32"}
-        model = OVModelForCausalLM.from_pretrained(path, export=True, ov_config=hint, load_in_8bit=False)
-        return model
+        int8 = contender == "optimum_int8"
+        return OVModelForCausalLM.from_pretrained(path, export=True, ov_config=hint, load_in_8bit=int8)
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
@@ -95,6 +105,11 @@ def _load(contender: str, path: Path, precision: str):
         model.forward = torch.compile(model.forward, backend="openvino")
     elif contender.startswith("fxvino"):
         import fxvino  # noqa: F401
+
+        if contender == "fxvino_int8wo":
+            from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+            quantize_(model, Int8WeightOnlyConfig())
 
         dynamic = True if contender == "fxvino_dynamic" else None  # every size dynamic from the first call
         model.forward = torch.compile(model.forward, backend="fxvino", dynamic=dynamic)
@@ -150,7 +165,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _python_for(contender: str, args: argparse.Namespace) -> str | None:
-    if contender != "optimum":
+    if not contender.startswith("optimum"):
         return sys.executable
     python = Path(args.optimum_python)
     return str(python) if python.exists() else None
