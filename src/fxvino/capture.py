@@ -27,11 +27,10 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from fxvino import isolation, specialize
 from fxvino.decompositions import DECOMPOSITIONS
-from fxvino.graph_edit import placeholders_to_attrs
+from fxvino.graph_edit import KEEP_UNFOLDED, placeholders_to_attrs
 from fxvino.lowering.convert import fetch_attr
 from fxvino.options import Options
 from fxvino.partition import partition_and_compile
-from fxvino.quantization import weight_only
 from fxvino.quantization.weight_only import scale_weights_not_products
 from fxvino.report import Fallback, GraphReport, publish
 
@@ -229,16 +228,8 @@ def _compile_aten(
             report.folded_nodes = fold_constants(work)
         runner = partition_and_compile(work, options, report)
     except Exception as e:  # noqa: BLE001 - a bug of ours must degrade, not crash the model
-        logger.exception("fxvino: compiling graph %s failed", report.name)
-        why = f"{type(e).__name__}: {e}"
-        runner, ran_on, inductor_why = isolation.inductor_fallback(gm)
-        report.fallback(
-            Fallback("graph", f"{report.num_nodes} nodes", f"{why}; {inductor_why}" if inductor_why else why, ran_on)
-        )
-        publish(report)
-        if ran_on == "eager":
-            return make_boxed_func(gm)
-        return _boxed_call_of(runner)
+        runner = _graph_fallback(gm, report, e)
+        return make_boxed_func(gm) if runner is None else _boxed_call_of(runner)
     publish(report)
     if not frozen:
         boxed, unboxed = _boxed_call(runner, None), _unboxed_call(runner, None)
@@ -307,16 +298,22 @@ def _compile_unfrozen(gm: torch.fx.GraphModule, options: Options, next_id: Calla
         with _gc_paused():
             runner = partition_and_compile(work, options, report)
     except Exception as e:  # noqa: BLE001 - degrade, never crash the model
-        logger.exception("fxvino: compiling graph %s failed", report.name)
-        runner, ran_on, inductor_why = isolation.inductor_fallback(gm)
-        why = f"{type(e).__name__}: {e}"
-        report.fallback(
-            Fallback("graph", f"{report.num_nodes} nodes", f"{why}; {inductor_why}" if inductor_why else why, ran_on)
-        )
-        publish(report)
-        return gm.forward if ran_on == "eager" else runner
+        runner = _graph_fallback(gm, report, e)
+        return gm.forward if runner is None else runner
     publish(report)
     return _graph_forward(runner)
+
+
+def _graph_fallback(gm: torch.fx.GraphModule, report: GraphReport, error: Exception) -> Callable | None:
+    """After fxvino failed on ``gm``: Inductor's compile of it, or None to run it eagerly; reported."""
+    logger.exception("fxvino: compiling graph %s failed", report.name)
+    why = f"{type(error).__name__}: {error}"
+    runner, ran_on, inductor_why = isolation.inductor_fallback(gm)
+    report.fallback(
+        Fallback("graph", f"{report.num_nodes} nodes", f"{why}; {inductor_why}" if inductor_why else why, ran_on)
+    )
+    publish(report)
+    return None if ran_on == "eager" else runner
 
 
 def _graph_forward(runner: torch.fx.GraphModule) -> Callable:
@@ -535,7 +532,7 @@ def _foldable(node: torch.fx.Node, values: dict[torch.fx.Node, torch.Tensor]) ->
         return False
     if target._schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags:
         return False
-    if str(target) in KEEP_UNFOLDED or node.meta.get(weight_only.KEEP_UNFOLDED):
+    if str(target) in KEEP_UNFOLDED_OPS or node.meta.get(KEEP_UNFOLDED):
         return False
     if not isinstance(node.meta.get("val"), torch.Tensor):
         return False
@@ -549,7 +546,7 @@ def _foldable(node: torch.fx.Node, values: dict[torch.fx.Node, torch.Tensor]) ->
 
 # A dequantize of a constant int8 weight stays an op: OpenVINO keeps Convert(int8 constant) ->
 # Subtract -> Multiply in int8 (a quarter of the memory, int8 kernels); folded, it is a float weight.
-KEEP_UNFOLDED = frozenset(
+KEEP_UNFOLDED_OPS = frozenset(
     {"quantized_decomposed.dequantize_per_channel.default", "quantized_decomposed.dequantize_per_tensor.default"}
 )
 

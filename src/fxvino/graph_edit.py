@@ -8,6 +8,9 @@ from typing import Any
 import torch
 import torch.fx
 
+# Node meta key: constant folding (``capture.fold_constants``) leaves a node carrying it alone.
+KEEP_UNFOLDED = "fxvino_keep_unfolded"
+
 
 def placeholders_to_attrs(gm: torch.fx.GraphModule, values: Mapping[int, Any], prefix: str) -> None:
     """Replace the placeholders at ``values``' positions by attributes holding those values.

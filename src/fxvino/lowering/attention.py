@@ -84,7 +84,7 @@ def _zero_fully_masked_rows(out, mask):
     batches in generate() have such rows at every pad position, and a NaN there reaches every
     position through the next layer's keys, so the rows are set to 0 as PyTorch does."""
     if h.dtype_of(mask) != torch.bool:  # (the CPU plugin's ReduceMax of all -inf is -FLT_MAX: compare first)
-        mask = ops.greater(mask, h.cast_like(float("-inf"), mask)).output(0)
+        mask = ops.greater(mask, h.infinity(h.dtype_of(mask), positive=False)).output(0)
     live = ops.reduce_logical_or(mask, h.const([-1], torch.int64), True).output(0)
     return ops.select(live, out, h.cast_like(0, out)).output(0)
 

@@ -34,10 +34,6 @@ def _per_channel(v, axis: int, rank: int):
     return h.reshape(h.cast(v, torch.float32), [-1 if d == axis else 1 for d in range(rank)])
 
 
-def _scalar(v):
-    return h.cast(v, torch.float32) if h.is_output(v) else h.const(float(v), torch.float32)
-
-
 def _inverse(scale):
     """``1 / scale`` as PyTorch multiplies by it: a Python scale is inverted in double, then rounded."""
     if h.is_output(scale):
@@ -64,7 +60,7 @@ def _same_parameters(dq: torch.fx.Node, q: torch.fx.Node, first: int) -> bool:
 
 @lowers_named(_Q_TENSOR, _Q_DYNAMIC)
 def quantize_per_tensor(ctx, node, x, scale, zero_point, quant_min, quant_max, dtype):
-    return _quantize(x, _inverse(scale), _scalar(zero_point), quant_min, quant_max, dtype)
+    return _quantize(x, _inverse(scale), h.cast(zero_point, torch.float32), quant_min, quant_max, dtype)
 
 
 @lowers_named(_CHOOSE)
@@ -102,7 +98,7 @@ def dequantize_per_tensor(ctx, node, q, scale, zero_point, quant_min, quant_max,
         lo_c, hi_c = h.const(lo, torch.float32), h.const(hi, torch.float32)
         fq = ops.fake_quantize(x, lo_c, hi_c, lo_c, hi_c, quant_max - quant_min + 1).output(0)
         return h.cast(fq, out_dtype)
-    return _dequantize(q, _scalar(scale), _scalar(zero_point), out_dtype)
+    return _dequantize(q, h.cast(scale, torch.float32), h.cast(zero_point, torch.float32), out_dtype)
 
 
 @lowers_named(_Q_CHANNEL)

@@ -10,10 +10,14 @@ column, so the multiplication is moved onto the stored weight, before its transp
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
+from torch._guards import detect_fake_mode
+
+from fxvino.graph_edit import KEEP_UNFOLDED
 
 aten = torch.ops.aten
-KEEP_UNFOLDED = "fxvino_keep_unfolded"  # node meta: constant folding must leave this node alone
 
 
 def _stored_int_weight(cast: object) -> torch.fx.Node | None:
@@ -55,7 +59,8 @@ def scale_weights_not_products(gm: torch.fx.GraphModule) -> int:
         columns = stored.meta["val"].shape[0]
         if scale_val.numel() != columns or scale_val.shape[-1] != columns or scale_val.dtype != cast.meta["val"].dtype:
             continue
-        with fake_mode_of(cast), gm.graph.inserting_before(mul):  # after both the product and the scale
+        fake = detect_fake_mode([cast.meta["val"]]) or contextlib.nullcontext()  # new values live there too
+        with fake, gm.graph.inserting_before(mul):  # after both the product and the scale
             new = [gm.graph.call_function(aten._to_copy.default, (stored,), dict(cast.kwargs))]
             new.append(gm.graph.call_function(aten.view.default, (scale, [columns, 1])))
             new.append(gm.graph.call_function(aten.mul.Tensor, (new[0], new[1])))
@@ -72,13 +77,3 @@ def scale_weights_not_products(gm: torch.fx.GraphModule) -> int:
         gm.graph.eliminate_dead_code()
         gm.graph.lint()
     return rewritten
-
-
-def fake_mode_of(node: torch.fx.Node):
-    """The fake mode ``node``'s value lives in (new nodes' values are computed in it)."""
-    import contextlib
-
-    from torch._guards import detect_fake_mode
-
-    mode = detect_fake_mode([node.meta["val"]])
-    return mode if mode is not None else contextlib.nullcontext()
