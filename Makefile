@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 	# The CPU build of torch first (pinned), so the project's range installs nothing more.
 	$(VENV)/bin/python -m pip install -q torch==2.13.0
-	$(VENV)/bin/python -m pip install -q -e '.[test]'
+	$(VENV)/bin/python -m pip install -q -e '.[test]' -c benchmarks/constraints-torch.txt
 	touch $(STAMP)
 
 venv: $(STAMP)
