@@ -31,6 +31,7 @@ from fxvino.graph_edit import KEEP_UNFOLDED, placeholders_to_attrs
 from fxvino.lowering.convert import fetch_attr
 from fxvino.options import Options
 from fxvino.partition import partition_and_compile
+from fxvino.quantization.compressed import keep_compressed_weights
 from fxvino.quantization.weight_only import scale_weights_not_products
 from fxvino.report import Fallback, GraphReport, publish
 
@@ -225,6 +226,7 @@ def _compile_aten(
         with unset_fake_temporarily():  # AOTAutograd calls us in fake mode; weights are real
             _freeze(work, frozen)
             scale_weights_not_products(work)
+            keep_compressed_weights(work)
             report.folded_nodes = fold_constants(work)
         runner = partition_and_compile(work, options, report)
     except Exception as e:  # noqa: BLE001 - a bug of ours must degrade, not crash the model

@@ -174,3 +174,105 @@ def test_torchao_int8_weight_only_freezes_the_int8_weights():
         if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"
     ]
     assert weights == ["<Type: 'int8_t'>"] * 2, weights  # kept compressed: a quarter of the bytes per call
+
+
+def _weight_types(report, layer_type: str = "FullyConnected") -> list[str]:
+    """The element type each ``layer_type`` of the executable graph reads its weight in."""
+    compiled = report.graphs[0].ov_partitions[0].compiled
+    return [
+        op.inputs()[1].get_element_type().get_type_name()
+        for op in compiled.get_runtime_model().get_ordered_ops()
+        if op.get_rt_info()["layerType"].astype(str) == layer_type
+    ]
+
+
+def _mlp() -> tuple[torch.nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 128)).eval()
+    return model, torch.randn(4, 256)
+
+
+def test_nncf_quantize_runs_int8_on_openvino():
+    """``nncf.quantize`` on a torch.export'ed model: activations as q/dq pairs, weights as int8
+    constants decompressed in the graph (``w * scale - zero_point``). The decompression stays in
+    the graph (not folded into f32 weights), so every convolution and the linear run in int8 —
+    as in OpenVINO's own conversion of the same graph, which the result is compared with."""
+    nncf = pytest.importorskip("nncf")
+    torch.manual_seed(0)
+    model, x = _Net().eval(), torch.randn(2, 3, 16, 16)
+    calibration = nncf.Dataset([torch.randn(2, 3, 16, 16) for _ in range(4)])
+    quantized = nncf.quantize(torch.export.export(model, (x,)).module(), calibration, subset_size=4)
+    out, report = run_fxvino(quantized, x)
+    assert_all_on_openvino(report)
+    assert _runtime_precisions(report, ("Convolution", "FullyConnected")) == {"u8"}, str(report)
+    assert _weight_types(report, "Convolution") == ["i8", "i8"] and _weight_types(report) == ["i8"]
+    native = ov.Core().compile_model(ov.convert_model(torch.export.export(quantized, (x,))), "CPU")
+    torch.testing.assert_close(out, torch.from_numpy(native(x.numpy())[0]), atol=1e-3, rtol=0)
+    expected = quantized(x)
+    assert (out - expected).abs().max() <= 0.05 * expected.abs().max()
+
+
+@pytest.mark.parametrize(
+    ("mode", "group_size", "stored"),
+    [("INT8_SYM", None, "i8"), ("INT8_ASYM", None, "u8"), ("INT4_SYM", 64, "i4"), ("INT4_ASYM", 64, "u4")],
+)
+def test_nncf_compress_weights_stay_compressed(mode, group_size, stored):
+    """``nncf.compress_weights``: 4-bit values arrive packed two to a byte and unpacked by bitwise
+    ops in the graph; the unpacking is evaluated once into a real 4-bit OpenVINO constant, and the
+    products read 8- or 4-bit weights. (NNCF keeps one layer of a 4-bit model in 8 bits.) NNCF's
+    eager decompression computes in float16, OpenVINO's in float32: results agree to f16 rounding."""
+    nncf = pytest.importorskip("nncf")
+    model, x = _mlp()
+    options = {"group_size": group_size} if group_size else {}
+    compressed = nncf.compress_weights(
+        torch.export.export(model, (x,)).module(), mode=getattr(nncf.CompressWeightsMode, mode), **options
+    )
+    expected = compressed(x)
+    out, report = run_fxvino(compressed, x)
+    assert_all_on_openvino(report)
+    assert stored in _weight_types(report), (_weight_types(report), str(report))
+    assert set(_weight_types(report)) <= {"i8", "u8", "i4", "u4"}
+    torch.testing.assert_close(out, expected, atol=2e-3 * expected.abs().max().item(), rtol=0)
+
+
+def test_torchao_int4_weight_only_is_a_4bit_constant():
+    """torchao's CPU int4 weight-only config stores int4 values one per int8 byte; they become an
+    i4 OpenVINO constant (half the bytes again), and the result is eager's."""
+    from torchao.quantization import IntxWeightOnlyConfig, PerGroup, quantize_
+
+    model, x = _mlp()
+    quantize_(model, IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(64)))
+    out, report = run_fxvino(model, x)
+    torch.testing.assert_close(out, model(x), atol=1e-5, rtol=1e-5)
+    assert_all_on_openvino(report)
+    assert _weight_types(report) == ["i4", "i4"], str(report)
+
+
+def test_int_weights_become_4bit_only_when_their_values_fit():
+    """An int8 weight whose values fit 4 bits (an odd number of them: the last byte half used)
+    becomes i4, a uint8 one u4; values outside the 4-bit range stay 8-bit. The result is exact."""
+
+    class Decompressing(torch.nn.Module):
+        def __init__(self, w: torch.Tensor) -> None:
+            super().__init__()
+            self.register_buffer("w", w)
+            self.register_buffer("scale", torch.rand(w.shape[0], 1) + 0.5)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x @ ((self.w.to(torch.float32) - 3) * self.scale).t()
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 25)
+    cases = {
+        "i4": torch.randint(-8, 8, (7, 25), dtype=torch.int8),
+        "u4": torch.randint(0, 16, (7, 25), dtype=torch.uint8),
+        "i8": torch.randint(-9, 8, (7, 25), dtype=torch.int8).index_fill_(1, torch.tensor([0]), -9),
+        "u8": torch.randint(0, 17, (7, 25), dtype=torch.uint8).index_fill_(1, torch.tensor([0]), 16),
+    }
+    for stored, w in cases.items():
+        model = Decompressing(w).eval()
+        out, report = run_fxvino(model, x)
+        torch.testing.assert_close(out, model(x), atol=1e-5, rtol=1e-5)
+        assert_all_on_openvino(report)
+        assert _weight_types(report) == [stored], (stored, str(report))
+        torch._dynamo.reset()

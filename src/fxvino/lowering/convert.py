@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import openvino as ov
 import openvino.opset16 as ops
 import torch
@@ -22,6 +23,7 @@ from fxvino.lowering import helpers as h
 from fxvino.lowering import views
 from fxvino.lowering.registry import entry_for, op_name
 from fxvino.lowering.types import ov_type, real_dtype, to_numpy
+from fxvino.quantization.compressed import four_bit
 
 
 class LoweringError(RuntimeError):
@@ -96,8 +98,7 @@ def lower_graph(gm: torch.fx.GraphModule, constants: Mapping[int, torch.Tensor],
     for pos, node in enumerate(placeholders):
         val = node.meta.get("val")
         if pos in constants:
-            t = constants[pos].detach()
-            ctx.env[node] = _constant(t)
+            ctx.env[node] = _constant(constants[pos])
         elif isinstance(val, torch.Tensor):
             dims = [d if isinstance(d, int) else -1 for d in val.shape]
             carried = val.is_complex()  # a complex tensor travels as its view_as_real: [..., 2]
@@ -171,6 +172,8 @@ def lower_graph(gm: torch.fx.GraphModule, constants: Mapping[int, torch.Tensor],
 
 
 def _constant(t: torch.Tensor) -> ov.Output:
+    if four_bit(t):
+        return _four_bit_constant(t)
     t = t.detach()
     if t.dtype == torch.bfloat16:
         # A Constant made from an ov.Tensor reads the tensor's memory without keeping it alive:
@@ -184,6 +187,16 @@ def _constant(t: torch.Tensor) -> ov.Output:
     if not t.is_contiguous():
         t = t.contiguous()
     return ops.constant(to_numpy(t), shared_memory=True).output(0)
+
+
+def _four_bit_constant(t: torch.Tensor) -> ov.Output:
+    """A u4/i4 Constant of ``t``'s values (one per byte in ``t``), two to a byte, low nibble first."""
+    values = to_numpy(t.detach().contiguous()).reshape(-1).view(np.uint8) & 0x0F
+    if values.size % 2:
+        values = np.append(values, np.uint8(0))
+    owned = ov.Tensor(ov.Type.u4 if t.dtype == torch.uint8 else ov.Type.i4, ov.Shape(list(t.shape)))
+    owned.data[...] = (values[0::2] | (values[1::2] << 4)).reshape(owned.data.shape).view(owned.data.dtype)
+    return ops.constant(owned).output(0)
 
 
 def fetch_attr(gm: torch.fx.GraphModule, target: str) -> torch.Tensor:
