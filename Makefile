@@ -7,7 +7,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint venv clean venv-optimum bench-generate
+.PHONY: demo test lint venv clean venv-optimum bench-generate bench-quantization
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -41,6 +41,9 @@ venv-optimum: $(OPT_VENV)/.installed
 
 bench-generate: $(STAMP) $(OPT_VENV)/.installed
 	$(VENV)/bin/python -m benchmarks.generate --out benchmarks/generate_results.md
+
+bench-quantization: $(STAMP)
+	$(VENV)/bin/python -m benchmarks.quantization --out benchmarks/quantization_results.md
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

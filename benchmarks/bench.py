@@ -50,7 +50,8 @@ def machine_info() -> dict[str, Any]:
                 info["cpu"] = line.split(":", 1)[1].strip()
                 break
         flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), [])
-        info["isa"] = ", ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f in flags)
+        isa = ("avx2", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile")
+        info["isa"] = ", ".join(f for f in isa if f in flags)
         phys = {ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("core id")}
         if phys:
             info["physical_cores"] = len(phys)
