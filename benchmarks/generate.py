@@ -42,6 +42,8 @@ CONTENDERS = (
     "fxvino_dynamic",
     "optimum_int8",  # optimum-intel's int8 weight compression (load_in_8bit=True)
     "fxvino_int8wo",  # torchao Int8WeightOnlyConfig, then fxvino
+    "optimum_int4",  # optimum-intel's int4 weight compression (symmetric, group 128)
+    "fxvino_int4wo",  # torchao IntxWeightOnlyConfig(int4, group 128), then fxvino (i4 constants)
 )
 DEFAULT_CONTENDERS = ("eager", "inductor", "openvino", "optimum", "fxvino")
 SIZES: dict[str, dict[str, int]] = {
@@ -90,6 +92,11 @@ def _load(contender: str, path: Path, precision: str):
 
         hint = {"INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32"}
         int8 = contender == "optimum_int8"
+        if contender == "optimum_int4":
+            from optimum.intel import OVWeightQuantizationConfig
+
+            int4 = OVWeightQuantizationConfig(bits=4, sym=True, group_size=128)
+            return OVModelForCausalLM.from_pretrained(path, export=True, ov_config=hint, quantization_config=int4)
         return OVModelForCausalLM.from_pretrained(path, export=True, ov_config=hint, load_in_8bit=int8)
     from transformers import AutoModelForCausalLM
 
@@ -110,6 +117,10 @@ def _load(contender: str, path: Path, precision: str):
             from torchao.quantization import Int8WeightOnlyConfig, quantize_
 
             quantize_(model, Int8WeightOnlyConfig())
+        elif contender == "fxvino_int4wo":
+            from torchao.quantization import IntxWeightOnlyConfig, PerGroup, quantize_
+
+            quantize_(model, IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(128)))
 
         dynamic = True if contender == "fxvino_dynamic" else None  # every size dynamic from the first call
         model.forward = torch.compile(model.forward, backend="fxvino", dynamic=dynamic)

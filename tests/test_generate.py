@@ -163,3 +163,28 @@ def test_example_script_generates_on_fxvino():
     assert done.returncode == 0, done.stderr
     assert len(ast.literal_eval(done.stdout.strip().splitlines()[-1])) == 8  # the ids of 8 new tokens (no tokenizer)
     assert "tokens/s with fxvino on CPU" in done.stderr
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_weight_only_quantized_generation(bits):
+    """torchao weight-only int8 and int4 (the CPU int4 config) in generate(): eager's tokens, every
+    graph on OpenVINO, and the products read 8- or 4-bit weights (kept compressed, not folded)."""
+    from torchao.quantization import Int8WeightOnlyConfig, IntxWeightOnlyConfig, PerGroup, quantize_
+
+    model = _decoder("llama")
+    config = Int8WeightOnlyConfig() if bits == 8 else IntxWeightOnlyConfig(torch.int4, PerGroup(32))
+    quantize_(model, config)
+    ids = _prompt(12, model.config.vocab_size)
+    expected = _generate(model, ids, 32)
+    model.forward = torch.compile(model.forward, backend="fxvino")
+    with fxvino.collect_reports() as report:
+        assert torch.equal(_generate(model, ids, 32), expected)
+    assert_all_on_openvino(report, partitions=None)
+    weights = {
+        op.inputs()[1].get_element_type().get_type_name()
+        for graph in report.graphs
+        for part in graph.ov_partitions
+        for op in part.compiled.get_runtime_model().get_ordered_ops()
+        if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"
+    }
+    assert weights == {"i8" if bits == 8 else "i4"}, (weights, str(report))
