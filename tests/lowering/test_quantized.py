@@ -309,3 +309,26 @@ def test_bert_runs_its_linear_layers_in_int8(flow):
     assert len(_weight_types(report)) == 13  # 6 per layer and the pooler: none left in f32
     cosine = torch.nn.functional.cosine_similarity(out.flatten(), expected.flatten(), dim=0)
     assert cosine >= 0.999, cosine
+
+
+def test_cache_key_covers_quantization_parameters():
+    """Two graphs that differ only in a quantization scale, zero point or dtype have different cache
+    keys (the scale is an argument in the graph's code; int weights are constants, fingerprinted)."""
+    from fxvino.cache_key import graph_key
+    from fxvino.options import Options
+
+    def quantizer(scale: float, zero_point: int, dtype: torch.dtype):
+        low, high = (-128, 127) if dtype == torch.int8 else (0, 255)
+
+        def fn(x):
+            q = qd.quantize_per_tensor.default(x, scale, zero_point, low, high, dtype)
+            return qd.dequantize_per_tensor.default(q, scale, zero_point, low, high, dtype)
+
+        return torch.fx.symbolic_trace(fn)
+
+    keys = {
+        graph_key(quantizer(*params), Options())
+        for params in [(0.5, 0, torch.int8), (0.25, 0, torch.int8), (0.5, 3, torch.int8), (0.5, 0, torch.uint8)]
+    }
+    assert len(keys) == 4
+    assert graph_key(quantizer(0.5, 0, torch.int8), Options()) in keys  # and stable
