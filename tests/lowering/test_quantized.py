@@ -332,3 +332,32 @@ def test_cache_key_covers_quantization_parameters():
     }
     assert len(keys) == 4
     assert graph_key(quantizer(0.5, 0, torch.int8), Options()) in keys  # and stable
+
+
+@pytest.mark.parametrize(
+    ("dtype", "low", "high", "on_openvino"),
+    [
+        (torch.int16, -(2**15), 2**15 - 1, True),
+        (torch.int32, -(2**31), 2**31 - 1, True),
+        (torch.uint16, 0, 2**16 - 1, False),  # no OpenVINO element type: PyTorch, reported
+        (torch.float8_e4m3fn, -448, 448, False),
+    ],
+)
+def test_schemes_beyond_8_bits_are_exact_or_reported(dtype, low, high, on_openvino):
+    """A q/dq pair wider than 8 bits is not a FakeQuantize (whose f32 level arithmetic lands one
+    step off for int16 and thousands for int32): it stays an exact quantize and dequantize; a dtype
+    OpenVINO lacks runs in PyTorch with its reason in the report. Never a wrong result."""
+
+    def fn(x):
+        q = qd.quantize_per_tensor.default(x, 0.01, 0, low, high, dtype)
+        return qd.dequantize_per_tensor.default(q, 0.01, 0, low, high, dtype) * 2, q
+
+    x = torch.randn(64, 8) * 3
+    out, report = run_fxvino(fn, x)
+    for got, want in zip(out, fn(x), strict=True):
+        assert got.dtype == want.dtype
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))  # bit for bit (float8 too)
+    if on_openvino:
+        assert_all_on_openvino(report)
+    else:
+        assert report.torch_ops and "has no OpenVINO element type" in str(report), str(report)

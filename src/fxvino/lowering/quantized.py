@@ -27,6 +27,9 @@ _DQ_DYNAMIC = "quantized_decomposed.dequantize_per_tensor.tensor"
 _CHOOSE = "quantized_decomposed.choose_qparams.tensor"
 _Q_CHANNEL = "quantized_decomposed.quantize_per_channel.default"
 _DQ_CHANNEL = "quantized_decomposed.dequantize_per_channel.default"
+# FakeQuantize computes its levels in f32: with 16- or 32-bit ranges it lands levels apart from
+# PyTorch (one step for int16, thousands for int32). Wider pairs stay a quantize and a dequantize.
+_FAKE_QUANTIZE_MAX_LEVELS = 256
 
 
 def _per_channel(v, axis: int, rank: int):
@@ -91,6 +94,7 @@ def dequantize_per_tensor(ctx, node, q, scale, zero_point, quant_min, quant_max,
         and isinstance(scale, float | int)
         and isinstance(zero_point, int)
         and source.args[0] in ctx.env
+        and quant_max - quant_min < _FAKE_QUANTIZE_MAX_LEVELS
     ):  # quantize -> dequantize: one FakeQuantize, which OpenVINO turns into int8 execution
         lo = (quant_min - zero_point) * scale
         hi = (quant_max - zero_point) * scale
