@@ -170,3 +170,14 @@ def test_autocast_conv_batchnorm_fuses_on_openvino():
     part = report.graphs[0].ov_partitions[0].compiled
     assert graph_quality.constant_work(part) == []
     assert graph_quality.runtime_ops(part)["Convolution"] == 2
+
+
+def test_graph_command_shows_int8_execution(capsys):
+    """``fxvino graph MODEL --int8``: the model quantized with PT2E, layers counted by runtime
+    precision for fxvino and for native OpenVINO's conversion of the same graph."""
+    pytest.importorskip("torchao.quantization.pt2e.quantize_pt2e")
+    assert cli.main(["graph", "mlp", "--int8"]) == 0
+    out = capsys.readouterr().out
+    fc = next(line for line in out.splitlines() if line.startswith("FullyConnected u8"))
+    assert fc.split()[2:4] == ["3", "3"], out  # all three products in int8, for fxvino and native
+    assert "FullyConnected f32" not in out

@@ -78,12 +78,16 @@ def _graph(args: argparse.Namespace) -> int:
         kwargs["num_hidden_layers" if args.model == "bert" else "n_layer"] = args.layers
     model, inputs = zoo.comparable(args.model, **kwargs)
     torch.set_num_threads(2)
+    precisions = args.precisions or args.int8
+    if args.int8:
+        print(f"quantizing {args.model} to int8 (PT2E, x86 quantizer)...", file=sys.stderr)
+        model = graph_quality.pt2e_int8(model, inputs, fold_quantize=False)
     print(f"compiling {args.model} with fxvino ({args.precision})...", file=sys.stderr)
-    ours, work, report = graph_quality.fxvino_runtime(model, inputs, {"precision": args.precision})
+    ours, work, report = graph_quality.fxvino_runtime(model, inputs, {"precision": args.precision}, precisions)
     native = None
     if not args.no_native:
         print("converting it natively (ov.convert_model)...", file=sys.stderr)
-        native = graph_quality.native_runtime(model, inputs, args.precision)
+        native = graph_quality.native_runtime(model, inputs, args.precision, precisions)
     print(report)
     print(graph_quality.format_comparison(ours, native, work))
     return 1 if work else 0
@@ -132,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--precision", default="f32", choices=["f32", "bf16", "f16"])
     p.add_argument("--no-native", action="store_true", help="skip converting the model natively for comparison")
     p.add_argument("--layers", type=int, default=None, help="transformers models: number of layers (default: all)")
+    p.add_argument("--precisions", action="store_true", help="count layers by type and runtime precision")
+    p.add_argument("--int8", action="store_true", help="quantize with PT2E (x86 quantizer) first; implies --precisions")
     p.set_defaults(fn=_graph)
     p = sub.add_parser("cache", help="the model cache (model_caching=True): show its size, or clear it")
     p.add_argument("action", choices=["info", "clear"])

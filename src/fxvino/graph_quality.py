@@ -29,9 +29,13 @@ def _layer_type(op: Any) -> str:
     return op.get_rt_info()["layerType"].astype(str)
 
 
-def runtime_ops(compiled: ov.CompiledModel) -> collections.Counter:
-    """Histogram of the layer types in ``compiled``'s executable graph."""
-    return collections.Counter(_layer_type(op) for op in compiled.get_runtime_model().get_ordered_ops())
+def runtime_ops(compiled: ov.CompiledModel, precisions: bool = False) -> collections.Counter:
+    """Histogram of the layer types in ``compiled``'s executable graph; with ``precisions``, of
+    "type precision" pairs (the precision each layer runs in: u8/i8 for int8 execution)."""
+    ops = compiled.get_runtime_model().get_ordered_ops()
+    if not precisions:
+        return collections.Counter(_layer_type(op) for op in ops)
+    return collections.Counter(f"{_layer_type(op)} {op.get_rt_info()['runtimePrecision'].astype(str)}" for op in ops)
 
 
 def constant_work(compiled: ov.CompiledModel) -> list[str]:
@@ -48,7 +52,7 @@ def constant_work(compiled: ov.CompiledModel) -> list[str]:
 
 
 def fxvino_runtime(
-    model: Callable, inputs: Sequence[Any], options: Mapping[str, Any] | None = None
+    model: Callable, inputs: Sequence[Any], options: Mapping[str, Any] | None = None, precisions: bool = False
 ) -> tuple[collections.Counter, list[str], Report]:
     """Compile ``model`` with fxvino, run it once, and return (histogram, constant work, report)."""
     compiled_fn = torch.compile(model, backend="fxvino", options=dict(options or {}))
@@ -60,18 +64,39 @@ def fxvino_runtime(
         for p in g.ov_partitions:
             if p.compiled is None:
                 raise RuntimeError(f"partition {p.name} was freed before it could be inspected")
-            hist += runtime_ops(p.compiled)
+            hist += runtime_ops(p.compiled, precisions)
             work += constant_work(p.compiled)
     return hist, work, report
 
 
-def native_runtime(model: torch.nn.Module, inputs: Sequence[Any], precision: str = "f32") -> collections.Counter:
+def native_runtime(
+    model: torch.nn.Module, inputs: Sequence[Any], precision: str = "f32", precisions: bool = False
+) -> collections.Counter:
     """The same histogram for ``ov.convert_model`` + ``compile_model`` (the engine's own bound)."""
     with torch.no_grad():
-        example = inputs[0] if len(inputs) == 1 else tuple(inputs)
-        ov_model = ov.convert_model(model, example_input=example)
+        if isinstance(model, torch.fx.GraphModule):  # an exported (e.g. PT2E) graph: no TorchScript trace
+            ov_model = ov.convert_model(torch.export.export(model, tuple(inputs)))
+        else:
+            example = inputs[0] if len(inputs) == 1 else tuple(inputs)
+            ov_model = ov.convert_model(model, example_input=example)
     config = {"INFERENCE_PRECISION_HINT": PRECISIONS[precision], "PERFORMANCE_HINT": "LATENCY"}
-    return runtime_ops(core().compile_model(ov_model, "CPU", config))
+    return runtime_ops(core().compile_model(ov_model, "CPU", config), precisions)
+
+
+def pt2e_int8(model: torch.nn.Module, inputs: Sequence[Any], fold_quantize: bool) -> torch.nn.Module:
+    """``model`` quantized with PyTorch's stock x86 PT2E quantizer, calibrated on ``inputs``: the
+    graph ``fxvino graph --int8`` inspects (unfolded, native OpenVINO can convert it too)."""
+    import torchao.quantization.pt2e.quantizer.x86_inductor_quantizer as xiq
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from fxvino.quantization import separate_module_calls
+
+    exported = torch.export.export(model, tuple(inputs)).module()
+    separate_module_calls(exported)
+    quantizer = xiq.X86InductorQuantizer().set_global(xiq.get_default_x86_inductor_quantization_config())
+    prepared = prepare_pt2e(exported, quantizer)
+    prepared(*inputs)
+    return convert_pt2e(prepared, fold_quantize=fold_quantize)
 
 
 def format_comparison(ours: collections.Counter, native: collections.Counter | None, work: list[str]) -> str:
