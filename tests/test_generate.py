@@ -8,6 +8,8 @@ second length (Dynamo marks the changing sizes dynamic).
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from benchmarks import models
@@ -188,3 +190,31 @@ def test_weight_only_quantized_generation(bits):
         if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"
     }
     assert weights == {"i8" if bits == 8 else "i4"}, (weights, str(report))
+
+
+@pytest.mark.skipif(
+    os.environ.get("CI") == "true", reason="75 s of Dynamo tracing through NNCF's hooks: run outside CI (make test)"
+)
+def test_nncf_int4_compressed_model_generates():
+    """``nncf.compress_weights`` (int4, on the nn.Module: NNCF's hooks decompress each weight) then
+    ``model.compile(backend="fxvino")``: eager's tokens, with the products reading i4 weights
+    (NNCF keeps the first and last layers in 8 bits). ``model.forward = torch.compile(...)``
+    does not combine with NNCF's hooks (Dynamo fails inside NNCF's own forward wrapper)."""
+    nncf = pytest.importorskip("nncf")
+    model = _decoder("llama")
+    ids = _prompt(12, model.config.vocab_size)
+    dataset = nncf.Dataset([{"input_ids": ids}])
+    model = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT4_SYM, group_size=32, dataset=dataset)
+    expected = _generate(model, ids, 8)
+    model.compile(backend="fxvino")
+    with fxvino.collect_reports() as report:
+        assert torch.equal(_generate(model, ids, 8), expected)
+    assert_all_on_openvino(report, partitions=None)
+    weights = [
+        op.inputs()[1].get_element_type().get_type_name()
+        for graph in report.graphs
+        for part in graph.ov_partitions
+        for op in part.compiled.get_runtime_model().get_ordered_ops()
+        if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"
+    ]
+    assert weights and set(weights) <= {"i4", "u8"} and weights.count("i4") > weights.count("u8"), weights
