@@ -224,10 +224,7 @@ def _compile_aten(
         # Work on a copy of the graph: if anything fails half-way, ``gm`` is still intact.
         work = _LazyGraphModule(gm, copy.deepcopy(gm.graph))  # code is generated only if run
         with unset_fake_temporarily():  # AOTAutograd calls us in fake mode; weights are real
-            _freeze(work, frozen)
-            scale_weights_not_products(work)
-            keep_compressed_weights(work)
-            report.folded_nodes = fold_constants(work)
+            report.folded_nodes = _freeze_and_fold(work, frozen)
         runner = partition_and_compile(work, options, report)
     except Exception as e:  # noqa: BLE001 - a bug of ours must degrade, not crash the model
         runner = _graph_fallback(gm, report, e)
@@ -241,6 +238,15 @@ def _compile_aten(
     if direct is not None and kind == "inference" and _runtime_wrappers_idle(example_inputs):
         direct.append((unboxed, len(example_inputs)))
     return boxed
+
+
+def _freeze_and_fold(work: torch.fx.GraphModule, frozen: dict[int, torch.Tensor]) -> int:
+    """Weights into constants, compressed ones kept compressed, then constant folding; returns the
+    number of folded nodes. Every path that freezes a graph goes through here."""
+    _freeze(work, frozen)
+    scale_weights_not_products(work)
+    keep_compressed_weights(work)
+    return fold_constants(work)
 
 
 class _FrozenWeights:
