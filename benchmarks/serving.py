@@ -360,6 +360,7 @@ def ray_scenario(
         results["killed"] = killed
         results["retries"] = cluster.retries
         results["table"].append(result.row("ray serve, one replica killed"))
+        results["after_kill"] = cluster.wait_replicas(app, 2)  # Serve replaced it: warm from the cache
         log(f"killed replica {killed}; all {requests} answered and correct, {cluster.retries} retried")
     log(TABLE_HEADER + "\n" + "\n".join(results["table"]))
     return results

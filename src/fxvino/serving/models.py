@@ -27,6 +27,33 @@ TINY_BERT: dict[str, Any] = {
 _WORDS = ("the", "a", "is", "was", "of", "and", "to", "it", "this", "movie", "good", "bad", "great", "not", "very")
 
 
+class Logits(torch.nn.Module):
+    """A transformers classifier seen as ``inputs -> logits``: one tensor out to compile and serve."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return self.model(*args, **kwargs).logits
+
+
+def load_pretrained(directory: str | Path, task: str) -> torch.nn.Module:
+    """A transformers classifier saved with ``save_pretrained``, as :class:`Logits`.
+
+    ``task`` is ``image_classifier`` or ``text_classifier``.
+    """
+    import transformers
+
+    classes = {
+        "image_classifier": transformers.AutoModelForImageClassification,
+        "text_classifier": transformers.AutoModelForSequenceClassification,
+    }
+    if task not in classes:
+        raise ValueError(f"unknown task {task!r}; valid: {', '.join(classes)}")
+    return Logits(classes[task].from_pretrained(directory)).eval()
+
+
 def image_classifier(seed: int = 0, **config: Any) -> torch.nn.Module:
     """``ResNetForImageClassification`` (ResNet-50 by default) with non-trivial batch-norm statistics."""
     from transformers import ResNetConfig, ResNetForImageClassification

@@ -7,18 +7,8 @@ from typing import Any, ClassVar
 import torch
 
 from fxvino.serving.inputs import BadRequest, body, image_tensor, tensor_from_json
+from fxvino.serving.models import load_pretrained
 from fxvino.serving.torchserve.base import FxvinoHandler
-
-
-class Logits(torch.nn.Module):
-    """A transformers classifier seen as ``inputs -> logits``: one tensor out to compile and serve."""
-
-    def __init__(self, model: torch.nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        return self.model(*args, **kwargs).logits
 
 
 class FxvinoImageClassifier(FxvinoHandler):
@@ -37,13 +27,11 @@ class FxvinoImageClassifier(FxvinoHandler):
     SETTINGS: ClassVar[tuple[str, ...]] = (*FxvinoHandler.SETTINGS, "image_size", "top_k", "return_logits")
 
     def build_model(self, model_dir: str) -> torch.nn.Module:
-        from transformers import AutoModelForImageClassification
-
         self.size = int(self.settings.get("image_size", 224))
         self.top_k = int(self.settings.get("top_k", 5))
-        model = AutoModelForImageClassification.from_pretrained(model_dir)
-        self.id2label = model.config.id2label
-        return Logits(model)
+        model = load_pretrained(model_dir, "image_classifier")
+        self.id2label = model.model.config.id2label
+        return model
 
     def example(self, batch_size: int) -> tuple[torch.Tensor]:
         return (torch.randn(batch_size, 3, self.size, self.size),)

@@ -13,18 +13,17 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from fxvino.serving.net import free_port, http
 
 BIN = Path(sys.executable).parent
 
@@ -95,12 +94,6 @@ def archive(
         if done.returncode != 0:
             raise RuntimeError(f"torch-model-archiver failed ({done.returncode}):\n{done.stderr[-2000:]}")
     return export_dir / f"{name}.mar"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class TorchServe:
@@ -202,12 +195,7 @@ class TorchServe:
     def request(
         method: str, url: str, body: bytes | None = None, headers: Mapping[str, str] | None = None, timeout=300.0
     ) -> tuple[int, bytes]:
-        req = urllib.request.Request(url, data=body, method=method, headers=dict(headers or {}))
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
+        return http(method, url, body, headers, timeout)
 
     def register(self, mar: str, *, workers: int = 1, timeout: float = 600.0) -> dict[str, Any]:
         """Register ``mar`` (a file name in the model store) and wait until its workers are up."""

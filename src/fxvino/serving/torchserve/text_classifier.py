@@ -8,8 +8,8 @@ from typing import Any, ClassVar
 import torch
 
 from fxvino.serving.inputs import body, pad_batch, token_ids
+from fxvino.serving.models import load_pretrained
 from fxvino.serving.torchserve.base import FxvinoHandler
-from fxvino.serving.torchserve.image_classifier import Logits
 
 
 class FxvinoTextClassifier(FxvinoHandler):
@@ -27,17 +27,17 @@ class FxvinoTextClassifier(FxvinoHandler):
     SETTINGS: ClassVar[tuple[str, ...]] = (*FxvinoHandler.SETTINGS, "max_length", "return_logits")
 
     def build_model(self, model_dir: str) -> torch.nn.Module:
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoTokenizer
 
         self.max_length = int(self.settings.get("max_length", 128))
-        model = AutoModelForSequenceClassification.from_pretrained(model_dir)
-        self.id2label = model.config.id2label
-        self.pad_id = model.config.pad_token_id or 0
+        model = load_pretrained(model_dir, "text_classifier")
+        self.id2label = model.model.config.id2label
+        self.pad_id = model.model.config.pad_token_id or 0
         has_tokenizer = any(
             os.path.exists(os.path.join(model_dir, f)) for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
         )
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir) if has_tokenizer else None
-        return Logits(model)
+        return model
 
     def example(self, batch_size: int) -> dict[str, torch.Tensor]:
         ids, mask = pad_batch([[1] * (self.max_length // 2)] * batch_size, self.max_length, self.pad_id)

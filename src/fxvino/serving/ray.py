@@ -1,0 +1,118 @@
+"""A Ray Serve deployment that compiles its model with fxvino in every replica.
+
+::
+
+    from fxvino.serving.ray import FxvinoDeployment
+    app = FxvinoDeployment.options(num_replicas=2).bind(
+        model="/models/resnet50",          # save_pretrained files, or "package.module:function"
+        task="image_classifier",
+        input_shape=[3, 224, 224],
+        fxvino={"model_caching": True, "cache_dir": "/shared/fxvino-cache"},
+    )
+    serve.run(app, route_prefix="/resnet")
+
+Each replica builds the model, compiles it with fxvino and warms it up at batch size 1 and
+``max_batch_size`` before it takes traffic (Serve routes to a replica once its constructor has
+returned). With ``model_caching`` on a directory every replica can read, a new replica (scale-up,
+a replaced replica, another machine with the directory on shared storage) imports the compiled
+partitions instead of compiling them. Requests are batched with ``@serve.batch``; the batch runs
+on a worker thread, so the replica keeps accepting requests meanwhile.
+
+HTTP: ``POST {"data": <one sample as a nested list>}`` answers ``{"logits": [...]}`` (the model's
+output row); a malformed body answers 400 saying what was expected. ``GET .../describe``
+answers the replica's load summary and compile report (see :meth:`LoadedModel.describe`), with
+its process id and node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from ray import serve
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from fxvino.serving.inputs import BadRequest, dtype_named, tensor_from_json
+from fxvino.serving.loading import ServingConfigError, load_model
+
+
+def build_model(model: str, task: str | None = None, kwargs: Mapping[str, Any] | None = None) -> torch.nn.Module:
+    """A directory of ``save_pretrained`` files (with ``task``), or ``"module:function"`` returning a module."""
+    if Path(model).is_dir():
+        from fxvino.serving.models import load_pretrained
+
+        if task is None:
+            raise ServingConfigError(f"{model} is a directory: say task='image_classifier' or 'text_classifier'")
+        return load_pretrained(model, task)
+    module, sep, function = model.partition(":")
+    if not sep:
+        raise ServingConfigError(f"model {model!r} is neither a directory nor 'package.module:function'")
+    return getattr(importlib.import_module(module), function)(**dict(kwargs or {}))
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 1}, max_ongoing_requests=32, health_check_period_s=5)
+class FxvinoDeployment:
+    def __init__(
+        self,
+        model: str,
+        input_shape: Sequence[int],
+        *,
+        task: str | None = None,
+        model_kwargs: Mapping[str, Any] | None = None,
+        input_dtype: str = "float32",
+        backend: str = "fxvino",
+        fxvino: Mapping[str, Any] | None = None,
+        max_batch_size: int = 8,
+        batch_wait_timeout_s: float = 0.005,
+        threads: int | None = None,
+    ):
+        if threads:
+            torch.set_num_threads(int(threads))
+        self.shape, self.dtype = tuple(input_shape), dtype_named(input_dtype)
+        module = build_model(model, task, model_kwargs)
+        warmup = [(self._example(n),) for n in sorted({1, int(max_batch_size)})]
+        self.loaded = load_model(module, warmup, backend=backend, fxvino=fxvino)
+        self.predict.set_max_batch_size(int(max_batch_size))
+        self.predict.set_batch_wait_timeout_s(float(batch_wait_timeout_s))
+        self.where = {"pid": os.getpid(), "node": socket.gethostname(), "node_id": _node_id()}
+        print(self.loaded.summary(), flush=True)  # the replica's log
+
+    def _example(self, batch: int) -> torch.Tensor:
+        if self.dtype.is_floating_point:
+            return torch.randn(batch, *self.shape, dtype=self.dtype)
+        return torch.zeros(batch, *self.shape, dtype=self.dtype)
+
+    @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.005)
+    async def predict(self, samples: list[torch.Tensor]) -> list[list[Any]]:
+        output = await asyncio.to_thread(self.loaded, torch.stack(samples))
+        return [row.tolist() for row in output]
+
+    async def __call__(self, request: Request) -> Any:
+        if request.method == "GET" and request.url.path.rstrip("/").endswith("/describe"):
+            return self.describe()
+        try:
+            sample = tensor_from_json(await request.json(), self.shape, self.dtype)
+        except BadRequest as e:
+            return JSONResponse({"error": str(e)}, status_code=400)
+        except ValueError as e:  # not JSON at all
+            return JSONResponse({"error": f'expected a JSON body {{"data": [...]}}: {e}'}, status_code=400)
+        return {"logits": await self.predict(sample)}
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.loaded.describe(), **self.where}
+
+
+def _node_id() -> str | None:
+    import ray
+
+    try:
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - outside a Ray worker
+        return None
