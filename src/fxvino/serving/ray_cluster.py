@@ -19,8 +19,8 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-import urllib.error
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ class LocalRayCluster:
         self.address = f"127.0.0.1:{self.gcs_port}"
         self.nodes: list[subprocess.Popen] = []
         self.retries = 0
+        self._lock = threading.Lock()
         self._connected = False
 
     # -- lifecycle
@@ -78,7 +79,9 @@ class LocalRayCluster:
         self._wait(lambda: self.node_count() == 2, timeout, "two alive nodes")
         from ray import serve
 
-        serve.start(http_options={"host": "127.0.0.1", "port": self.http_port})
+        # A request whose replica dies under it is not answered by the proxy: time it out there,
+        # so the client sees a 408 and can send it again.
+        serve.start(http_options={"host": "127.0.0.1", "port": self.http_port, "request_timeout_s": 30})
         return self
 
     def _gcs_up(self) -> bool:
@@ -194,16 +197,25 @@ class LocalRayCluster:
                 break
         return seen
 
-    def wait_replicas(self, app: str, count: int, timeout: float = 300.0) -> dict[int, dict[str, Any]]:
-        """Wait until ``count`` replicas run, and return their describe answers."""
+    def wait_replicas(
+        self, app: str, count: int, exclude: Any = (), timeout: float = 300.0
+    ) -> dict[int, dict[str, Any]]:
+        """Wait until ``count`` replicas run, one of them not in ``exclude`` (pids) if given, and
+        return their describe answers."""
         from ray import serve
 
-        def running() -> bool:
-            status = serve.status().applications[app].deployments["FxvinoDeployment"]
-            return status.replica_states.get("RUNNING", 0) >= count
+        found: dict[int, dict[str, Any]] = {}
 
-        self._wait(running, timeout, f"{count} running replicas")
-        return self.replicas(app)
+        def ready() -> bool:
+            status = serve.status().applications[app].deployments["FxvinoDeployment"]
+            if status.replica_states.get("RUNNING", 0) < count:
+                return False
+            found.clear()
+            found.update(self.replicas(app))
+            return len(found) >= count and (not exclude or any(pid not in exclude for pid in found))
+
+        self._wait(ready, timeout, f"{count} running replicas")
+        return found
 
     def kill_one_replica(self, app: str) -> dict[str, Any]:
         """Kill one running replica actor (``ray.kill``); Serve starts a replacement."""
@@ -227,14 +239,17 @@ class LocalRayCluster:
         return http(method, f"http://127.0.0.1:{self.http_port}{path}", body, headers, timeout)
 
     def predict(self, app: str, body: bytes, retries: int = 0) -> tuple[int, bytes]:
-        """POST one request; with ``retries``, a 5xx or a dropped connection is sent again."""
+        """POST one request; with ``retries``, a 5xx, a 408 or a dropped connection is sent again."""
         for attempt in range(retries + 1):
             try:
-                code, answer = self.request("POST", f"/{app}", body)
-            except (urllib.error.URLError, ConnectionError) as e:
+                code, answer = self.request("POST", f"/{app}", body, timeout=60 if retries else 300)
+            except OSError as e:  # refused, reset, timed out (URLError is an OSError too)
+                if not retries:
+                    raise
                 code, answer = 599, str(e).encode()
-            if code < 500 or attempt == retries:
+            if (code < 500 and code != 408) or attempt == retries:
                 return code, answer
-            self.retries += 1
+            with self._lock:
+                self.retries += 1
             time.sleep(0.2 * (attempt + 1))
         raise AssertionError("unreachable")
