@@ -78,7 +78,7 @@ def test_request_parsing_names_what_was_expected():
         inputs.tensor_from_json([1, 2], (3,), torch.float32)
     with pytest.raises(inputs.BadRequest, match="rectangular"):
         inputs.tensor_from_json([[1, 2], [3]], None, torch.float32)
-    with pytest.raises(inputs.BadRequest, match="not an image"):
+    with pytest.raises(inputs.BadRequest, match="expected an image file"):
         inputs.image_tensor(b"\x89PNG truncated", 32)
     with pytest.raises(inputs.BadRequest, match="non-negative integers"):
         inputs.token_ids({"input_ids": [-1]}, None, 8)

@@ -70,7 +70,7 @@ def image_tensor(data: bytes, size: int) -> torch.Tensor:
     try:
         image = Image.open(io.BytesIO(data)).convert("RGB")
     except (UnidentifiedImageError, OSError) as e:
-        raise BadRequest(f"the body is not an image PIL can read (PNG, JPEG, ...): {e}") from e
+        raise BadRequest(f"expected an image file (PNG, JPEG, ...); PIL cannot read the body: {e}") from e
     short = round(size * 256 / 224)
     w, h = image.size
     scale = short / min(w, h)

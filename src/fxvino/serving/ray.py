@@ -116,3 +116,41 @@ def _node_id() -> str | None:
         return ray.get_runtime_context().get_node_id()
     except Exception:  # noqa: BLE001 - outside a Ray worker
         return None
+
+
+def build_app(args: Mapping[str, Any]) -> Any:
+    """Application builder for ``serve run`` and Serve config files (KubeRay's ``serveConfigV2``)::
+
+        serve run fxvino.serving.ray:build_app model=/models/resnet50 task=image_classifier \\
+            input_shape=3,224,224 cache_dir=/shared/fxvino-cache num_replicas=2
+
+    ``args``: ``model``, ``input_shape`` (list or comma-separated), and optionally ``task``,
+    ``num_replicas``, ``max_batch_size``, ``threads``, ``backend``, ``cache_dir`` (turns
+    ``model_caching`` on) and ``fxvino`` (a mapping of further options). Strings are accepted
+    for numbers, as ``serve run`` passes them.
+    """
+    args = dict(args)
+    unknown = set(args) - {"model", "input_shape", "task", "num_replicas", "max_batch_size", "threads", "backend"}
+    unknown -= {"cache_dir", "fxvino", "input_dtype"}
+    if unknown or "model" not in args or "input_shape" not in args:
+        raise ServingConfigError(
+            f"build_app needs model and input_shape; unknown: {sorted(unknown)}; valid: model, input_shape, task, "
+            "num_replicas, max_batch_size, threads, backend, cache_dir, fxvino, input_dtype"
+        )
+    shape = args["input_shape"]
+    if isinstance(shape, str):
+        shape = [int(d) for d in shape.split(",") if d.strip()]
+    options = dict(args.get("fxvino") or {})
+    if args.get("cache_dir"):
+        options |= {"model_caching": True, "cache_dir": str(args["cache_dir"])}
+    deployment = FxvinoDeployment.options(num_replicas=int(args.get("num_replicas", 1)))
+    return deployment.bind(
+        model=str(args["model"]),
+        input_shape=shape,
+        task=args.get("task"),
+        input_dtype=args.get("input_dtype", "float32"),
+        backend=args.get("backend", "fxvino"),
+        fxvino=options,
+        max_batch_size=int(args.get("max_batch_size", 8)),
+        threads=int(args["threads"]) if args.get("threads") else None,
+    )
