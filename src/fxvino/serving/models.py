@@ -84,9 +84,7 @@ def save_tokenizer(directory: Path) -> Any:
     directory.mkdir(parents=True, exist_ok=True)
     chars = string.ascii_lowercase + string.digits + string.punctuation
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *(f"##{c}" for c in chars), *_WORDS]
-    vocab_file = directory / "vocab.txt"
-    vocab_file.write_text("\n".join(vocab) + "\n")
-    tokenizer = BertTokenizerFast(vocab_file=str(vocab_file))
+    tokenizer = BertTokenizerFast(vocab={token: i for i, token in enumerate(vocab)})
     tokenizer.save_pretrained(directory)
     return tokenizer
 
