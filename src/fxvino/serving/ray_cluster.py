@@ -100,29 +100,28 @@ class LocalRayCluster:
         raise TimeoutError(f"{what} not ready within {timeout:.0f}s; see {self.workdir}")
 
     def stop(self) -> None:
-        if self._connected:
+        if self._connected:  # disconnect the driver; Serve goes down with the cluster's processes
             import ray
-            from ray import serve
 
-            with contextlib.suppress(Exception):
-                serve.shutdown()
             with contextlib.suppress(Exception):
                 ray.shutdown()
             self._connected = False
-        for node in reversed(self.nodes):  # the sessions started here: ray start --block and its children
+        # The sessions started here (ray start --block and its children): SIGTERM, a grace
+        # period, then SIGKILL; then anything left that names this cluster's temporary directory.
+        for node in reversed(self.nodes):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(node.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
         for node in self.nodes:
             with contextlib.suppress(subprocess.TimeoutExpired):
-                node.wait(timeout=30)
-        for sig in (signal.SIGTERM, signal.SIGKILL):  # anything left that belongs to this cluster
-            for pid in self._own_processes():
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, sig)
-            time.sleep(2 if sig == signal.SIGTERM else 0)
+                node.wait(timeout=max(0.1, deadline - time.monotonic()))
         for node in self.nodes:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(node.pid, signal.SIGKILL)
+        for pid in self._own_processes():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        for node in self.nodes:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 node.wait(timeout=10)
         self.nodes = []
