@@ -78,6 +78,14 @@ def png(seed: int, size: int) -> bytes:
     return buf.getvalue()
 
 
+def npy(x: torch.Tensor) -> bytes:
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.save(buf, x.numpy(), allow_pickle=False)
+    return buf.getvalue()
+
+
 class ImageWorkload:
     """Requests for the image classifier: PNG files (every 8th a JSON pixel tensor), and eager logits."""
 
@@ -296,7 +304,8 @@ def _torchserve_extras(ts: Any, name: str, made: dict, broken: torch.nn.Module, 
     # The model whose compile fails.
     ts.register("broken.mar")
     x = torch.randn(8, 16)
-    answers = [ts.predict("broken", json.dumps({"data": row.tolist()}).encode()) for row in x]
+    bodies = [npy(row) if i % 2 else json.dumps({"data": row.tolist()}).encode() for i, row in enumerate(x)]
+    answers = [ts.predict("broken", body, "application/octet-stream") for body in bodies]
     with torch.no_grad():
         expected = broken(x)
     for (status, body), want in zip(answers, expected, strict=True):
@@ -336,7 +345,7 @@ def ray_scenario(
     xs = torch.randn(requests, 3, size, size, generator=g)
     with torch.no_grad():
         expected = torch.cat([model(xs[i : i + 32]).logits for i in range(0, requests, 32)])
-    bodies = [json.dumps({"data": x.tolist()}).encode() for x in xs]
+    bodies = [json.dumps({"data": x.tolist()}).encode() if i % 8 == 7 else npy(x) for i, x in enumerate(xs)]
     results: dict[str, Any] = {"table": []}
     with LocalRayCluster(workdir / "ray", env=worker_env()) as cluster:
         log(f"ray cluster: {cluster.address}, nodes {cluster.node_count()}")
@@ -347,6 +356,7 @@ def ray_scenario(
             results["replicas"] = cluster.wait_replicas(app, 2)
         for replicas in range(first, 3):
             if replicas == 2 and compare_replicas:
+                results["first_replicas"] = cluster.replicas(app)
                 t0 = time.perf_counter()
                 cluster.scale(app, 2)
                 results["scale_seconds"] = time.perf_counter() - t0

@@ -3,7 +3,8 @@
     ray start --head ...                        # see README.md for the cluster
     python examples/ray/serve_classifier.py --address 127.0.0.1:6390 --replicas 2 \
         --cache-dir /shared/fxvino-cache
-    curl -X POST http://127.0.0.1:8000/classifier -d '{"data": [[[...]]]}'   # one [3, 224, 224] image
+    python -c "import numpy as np; np.save('x.npy', np.random.rand(3, 224, 224).astype('float32'))"
+    curl -X POST http://127.0.0.1:8000/classifier --data-binary @x.npy   # or -d '{"data": [[[...]]]}'
 
 Builds ResNet-50 with random weights (``--tiny``: a small ResNet) into ``--model-dir`` (every node
 must see it: shared storage, or the same path built on each), deploys

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -84,6 +85,16 @@ def test_request_parsing_names_what_was_expected():
         inputs.token_ids({"input_ids": [-1]}, None, 8)
     with pytest.raises(inputs.BadRequest, match="no tokenizer"):
         inputs.token_ids("some text", None, 8)
+    buf = io.BytesIO()
+    np.save(buf, np.arange(6, dtype=np.float64).reshape(2, 3))
+    npy = buf.getvalue()
+    assert inputs.tensor_from_npy(npy, (2, 3), torch.float32).tolist() == [[0, 1, 2], [3, 4, 5]]
+    with pytest.raises(inputs.BadRequest, match=r"expected shape \[3, 2\]"):
+        inputs.tensor_from_npy(npy, (3, 2), torch.float32)
+    buf = io.BytesIO()
+    np.save(buf, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(inputs.BadRequest, match="without pickled objects"):
+        inputs.tensor_from_npy(buf.getvalue(), None, torch.float32)
     ids, mask = inputs.pad_batch([[5, 6], [7]], 4)
     assert ids.tolist() == [[5, 6, 0, 0], [7, 0, 0, 0]] and mask.tolist() == [[1, 1, 0, 0], [1, 0, 0, 0]]
 

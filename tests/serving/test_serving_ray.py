@@ -34,9 +34,10 @@ def test_two_replicas_on_two_nodes_answer_correctly(cluster_run):
 
 
 def test_new_replicas_start_warm_from_the_model_cache(cluster_run):
-    # Full run: both replicas of the scale-up are new (the cache was filled by the first one).
-    # Short run: the two first replicas compile (cold), the replacement of the killed one is new.
-    new = list(cluster_run["replicas"].values()) if FULL else []
+    # Full run: the replicas of the scale-up that were not there before (the first one filled the
+    # cache). Short run: the two first replicas compile (cold); the replacement of the killed one is new.
+    first = cluster_run.get("first_replicas", {})
+    new = [r for pid, r in cluster_run["replicas"].items() if pid not in first] if FULL else []
     new += [r for pid, r in cluster_run["after_kill"].items() if pid not in cluster_run["replicas"]]
     assert new
     for replica in new:

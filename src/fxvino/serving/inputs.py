@@ -59,6 +59,24 @@ def tensor_from_json(value: Any, shape: Sequence[int] | None, dtype: torch.dtype
     return t
 
 
+NPY_MAGIC = b"\x93NUMPY"
+
+
+def tensor_from_npy(data: bytes, shape: Sequence[int] | None, dtype: torch.dtype) -> torch.Tensor:
+    """One sample sent as a ``.npy`` file (``numpy.save``): compact where JSON lists are not
+    (a 3x224x224 image is 600 kB instead of ~3 MB of text). Never unpickles."""
+    import numpy as np
+
+    try:
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        raise BadRequest(f"expected a .npy file (numpy.save) without pickled objects: {e}") from e
+    t = torch.from_numpy(np.ascontiguousarray(array)).to(dtype)
+    if shape is not None and tuple(t.shape) != tuple(shape):
+        raise BadRequest(f"expected shape {list(shape)}, got {list(t.shape)}")
+    return t
+
+
 def image_tensor(data: bytes, size: int) -> torch.Tensor:
     """An encoded image (PNG, JPEG, ...) as a normalised ``[3, size, size]`` float tensor.
 

@@ -7,15 +7,15 @@ from typing import Any, ClassVar
 
 import torch
 
-from fxvino.serving.inputs import body, dtype_named, tensor_from_json
+from fxvino.serving.inputs import NPY_MAGIC, body, dtype_named, tensor_from_json, tensor_from_npy
 from fxvino.serving.loading import ServingConfigError
 from fxvino.serving.torchserve.base import FxvinoHandler
 
 
 class FxvinoTensorHandler(FxvinoHandler):
     """Any ``torch.nn.Module`` taking one tensor: archive its class with ``--model-file`` and its
-    state dict with ``--serialized-file``. A request is ``{"data": <nested list>}`` of one sample
-    of ``handler.input_shape``; the answer is the model's output row as a nested list.
+    state dict with ``--serialized-file``. A request is ``{"data": <nested list>}`` (or a ``.npy``
+    file) of one sample of ``handler.input_shape``; the answer is the model's output row as a nested list.
 
     ``handler:`` keys: ``input_shape`` (one sample, required: the warm-up needs it),
     ``input_dtype`` (default ``float32``).
@@ -42,7 +42,10 @@ class FxvinoTensorHandler(FxvinoHandler):
         return (torch.zeros(batch_size, *self.shape, dtype=self.dtype),)
 
     def decode(self, row: Any) -> torch.Tensor:
-        return tensor_from_json(body(row), self.shape, self.dtype)
+        value = body(row)
+        if isinstance(value, bytes) and value.startswith(NPY_MAGIC):
+            return tensor_from_npy(value, self.shape, self.dtype)
+        return tensor_from_json(value, self.shape, self.dtype)
 
     def collate(self, samples: list[torch.Tensor]) -> tuple[torch.Tensor]:
         return (torch.stack(samples),)
