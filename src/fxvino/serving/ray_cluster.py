@@ -156,14 +156,15 @@ class LocalRayCluster:
 
         return sum(1 for n in ray.nodes() if n.get("Alive"))
 
-    def deploy(self, replicas: int = 1, **kwargs: Any) -> str:
-        """Run :class:`FxvinoDeployment` with ``kwargs`` as the app ``fxvino`` at ``/fxvino``."""
+    def deploy(self, replicas: int = 1, **args: Any) -> str:
+        """Run the fxvino deployment as the app ``fxvino`` at ``/fxvino``, built by
+        :func:`fxvino.serving.ray.build_app` from ``args`` (what ``serve run`` and KubeRay use)."""
         from ray import serve
 
-        from fxvino.serving.ray import FxvinoDeployment
+        from fxvino.serving.ray import build_app
 
-        self._deploy_args = kwargs
-        serve.run(FxvinoDeployment.options(num_replicas=replicas).bind(**kwargs), name=APP, route_prefix=f"/{APP}")
+        self._deploy_args = args
+        serve.run(build_app({**args, "num_replicas": replicas}), name=APP, route_prefix=f"/{APP}")
         return APP
 
     def deploy_image_classifier(self, model_dir: Path, size: int, *, cache_dir: Path, replicas: int = 1) -> str:
@@ -171,8 +172,8 @@ class LocalRayCluster:
             replicas,
             model=str(model_dir),
             task="image_classifier",
-            input_shape=[3, size, size],
-            fxvino={"model_caching": True, "cache_dir": str(cache_dir)},
+            input_shape=f"3,{size},{size}",  # as serve run passes it
+            cache_dir=str(cache_dir),
             threads=1,
         )
 
