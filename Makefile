@@ -7,7 +7,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint venv clean venv-optimum bench-generate bench-quantization
+.PHONY: demo test lint venv clean venv-optimum bench-generate bench-quantization java test-serving bench-serving
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -22,7 +22,7 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/python -m fxvino.demo
 
-test: $(STAMP)
+test: $(STAMP) java
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest -q
 
@@ -44,6 +44,18 @@ bench-generate: $(STAMP) $(OPT_VENV)/.installed
 
 bench-quantization: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.quantization --out benchmarks/quantization_results.md
+
+# TorchServe's frontend is Java: its serving tests need a JRE (Debian's, if none is installed).
+java:
+	command -v java >/dev/null || (apt-get update -q && apt-get install -y -q --no-install-recommends openjdk-17-jre-headless)
+
+# The full serving end-to-end tests (ResNet-50, BERT-base, Inductor; the default run has short ones)
+# and the serving benchmark (TorchServe: fxvino vs eager vs Inductor; Ray Serve: 1 vs 2 replicas).
+test-serving: $(STAMP) java
+	FXVINO_SERVING=full $(VENV)/bin/python -m pytest -q -s -p no:warnings tests/serving
+
+bench-serving: $(STAMP) java
+	$(VENV)/bin/python -m benchmarks.serving
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
