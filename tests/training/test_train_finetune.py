@@ -27,7 +27,7 @@ def test_bert_with_dropout_on_openvino():
     """Dropout on (hidden and attention, p=0.1): OpenVINO draws other numbers than eager (the
     documented contract of random ops), so the run is compared in distribution: losses near
     eager's, different from a dropout-free run, and the same again under the same seed."""
-    batches = models.bert_batches(10)
+    batches = models.bert_batches(6)
     eager, ours = train_both(models.bert(dropout=0.1), batches, models.bert_loss)
     assert_training_on_openvino(ours.report)
     assert any("native_dropout" in op for op in ours.report.ov_ops)
