@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from loop import TRAINING
+from train_loop import TRAINING
 
 import fxvino
 from harness import assert_all_on_openvino

@@ -3,10 +3,10 @@ autocast, activation checkpointing, frozen layers and LoRA adapters (peft)."""
 
 from __future__ import annotations
 
-import models
 import torch
 import torch.utils.checkpoint
-from loop import assert_same_training, assert_training_on_openvino, train_both
+import train_models as models
+from train_loop import assert_same_training, assert_training_on_openvino, train_both
 
 from harness import cpu_computes_bf16
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import models
 import pytest
 import torch
-from loop import assert_same_training, assert_training_on_openvino, train, train_both
+import train_models as models
+from train_loop import assert_same_training, assert_training_on_openvino, train, train_both
 
 CASES = {
     "mlp": (models.mlp, models.mlp_batches, models.mlp_loss),

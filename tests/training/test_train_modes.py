@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import copy
 
-import models
 import pytest
 import torch
-from loop import TRAINING, plain_step
+import train_models as models
+from train_loop import TRAINING, plain_step
 
 import fxvino
 

@@ -7,7 +7,7 @@ import copy
 
 import torch
 import torch.nn.functional as F
-from loop import TRAINING
+from train_loop import TRAINING
 
 import fxvino
 
