@@ -105,3 +105,26 @@ def test_dropout_statistics():
     torch.testing.assert_close(first.detach()[first != 0], torch.full_like(first.detach(), 1 / 64 / 0.75)[first != 0])
     assert not torch.equal(first, second)
     torch.testing.assert_close(first, again, rtol=0, atol=0)
+
+
+def test_attention_gradients_with_symbolic_sizes():
+    """dynamic=True: batch, heads and lengths symbolic (grouped heads folded in the graph)."""
+    compiled = torch.compile(_sdpa, backend="fxvino", options=TRAINING, dynamic=True)
+    with fxvino.collect_reports() as report:
+        for length, keys in ((6, 9), (5, 11)):
+            torch.manual_seed(length)
+            q = torch.randn(2, 4, length, 16, requires_grad=True)
+            k, v = (torch.randn(2, 2, keys, 16, requires_grad=True) for _ in range(2))
+            mask, g = torch.randn(2, 1, length, keys), torch.randn(2, 4, length, 16)
+            out = compiled(q, k, v, mask)
+            (out * g).sum().backward()
+            grads = [t.grad for t in (q, k, v)]
+            for t in (q, k, v):
+                t.grad = None
+            ref = _sdpa(q, k, v, mask)
+            (ref * g).sum().backward()
+            torch.testing.assert_close(out, ref)
+            for ours, t in zip(grads, (q, k, v), strict=True):
+                torch.testing.assert_close(ours, t.grad)
+    assert {g.kind for g in report.graphs} == {"forward", "backward"}
+    assert_all_on_openvino(report, partitions=2)
