@@ -25,7 +25,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
-from fxvino import isolation, specialize
+from fxvino import isolation, specialize, training
 from fxvino.decompositions import DECOMPOSITIONS
 from fxvino.graph_edit import KEEP_UNFOLDED, placeholders_to_attrs
 from fxvino.lowering.convert import fetch_attr
@@ -165,6 +165,7 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
         bw_compiler=bw,
         inference_compiler=functools.partial(compile_fn, kind="inference"),
         decompositions=decomposition_table(options),
+        **(training.aot_partitioning() if options.aot_autograd else {}),
     )
     try:
         with _gc_paused():

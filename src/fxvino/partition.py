@@ -257,7 +257,9 @@ def _compile_partition(
     preport.compiled_ref = weakref.ref(compiled)
     report.partitions.append(preport)
     report.ov_ops.update(ops_here)
-    partition = CompiledPartition(compiled, lowered.inputs, lowered.outputs)
+    partition = CompiledPartition(
+        compiled, lowered.inputs, lowered.outputs, lend_static=report.kind in ("forward", "backward")
+    )
     if hit is not None:
         partition.mapping = hit.mapping  # the imported model reads the mapped file: keep it open
     runtime_args = [node.args[i] for i in lowered.runtime_positions]

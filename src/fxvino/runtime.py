@@ -81,26 +81,39 @@ class _Request:
 
     def output(self, index: int, dtype: torch.dtype | None, lend: bool = False) -> torch.Tensor:
         """The output as a fresh tensor; static outputs live in one buffer, read through a view.
-        With ``lend``, a large dynamic output is returned over the request's own memory."""
+        With ``lend``, a large dynamic output (any large output in a training graph) is returned
+        over the request's own memory."""
         view = self.outputs.get(index)
-        if view is None:
+        if view is None or (lend and self.lender.lend_static):
             tensor = self.request.get_output_tensor(index)
-            if lend and index not in self.static_out and tensor.byte_size >= LEND_BYTES:
+            lendable = index not in self.static_out or self.lender.lend_static
+            if lend and lendable and tensor.byte_size >= LEND_BYTES:
                 array = tensor.data
                 self.lent += 1
                 weakref.finalize(array, self.lender._returned, self)  # when the last view is freed
                 return _torch_view_of(array, dtype)
-            view = _torch_view(tensor, dtype)
-            if index in self.static_out:
-                self.outputs[index] = view
+            if view is None:
+                view = _torch_view(tensor, dtype)
+                if index in self.static_out:
+                    self.outputs[index] = view
         return view.clone()
 
 
 class CompiledPartition:
     """A callable over a partition's runtime arguments, returning its outputs as a tuple."""
 
-    def __init__(self, compiled: ov.CompiledModel, inputs: Sequence[InputSpec], outputs: Sequence[OutputSpec]):
+    def __init__(
+        self,
+        compiled: ov.CompiledModel,
+        inputs: Sequence[InputSpec],
+        outputs: Sequence[OutputSpec],
+        lend_static: bool = False,
+    ):
         self.compiled = compiled
+        # Training graphs: a forward's outputs are activations the backward frees, a backward's
+        # are gradients the next zero_grad frees, so their memory is lent whatever their shape:
+        # copying them cost more than OpenVINO's inference of BERT's forward and backward.
+        self.lend_static = lend_static
         self.inputs = tuple(inputs)
         self.outputs = tuple(outputs)
         # Static-shaped small tensor inputs are copied in (index -> expected dtype).

@@ -15,6 +15,7 @@ repeated to every head; a causal 512-token prefill takes 57-59 ms folded or repe
 
 from __future__ import annotations
 
+import numpy as np
 import openvino.opset16 as ops
 import torch
 
@@ -24,27 +25,28 @@ from fxvino.lowering.registry import lowers
 aten = torch.ops.aten
 
 
-def _groups(node: torch.fx.Node) -> int | None:
+def _groups(node: torch.fx.Node, first: int = 0) -> int | None:
     """Query heads per key/value head: an int when the head counts are static or the same
-    symbol, None when only run time knows (``dynamic=True`` makes input head counts symbolic)."""
-    q, k = (a.meta.get("val") for a in node.args[:2])
+    symbol, None when only run time knows (``dynamic=True`` makes input head counts symbolic).
+    ``first`` is the position of the query among the node's arguments."""
+    q, k = (a.meta.get("val") for a in node.args[first : first + 2])
     hq, hk = q.shape[-3], k.shape[-3]
     if isinstance(hq, int) and isinstance(hk, int):
         return hq // hk if hq % hk == 0 else 0
     return 1 if str(hq) == str(hk) else None
 
 
-def _sdpa_ok(node: torch.fx.Node) -> str | None:
-    dropout = node.kwargs.get("dropout_p", node.args[3] if len(node.args) > 3 else 0.0)
+def _sdpa_ok(node: torch.fx.Node, first: int = 0, dropout_at: int = 3) -> str | None:
+    dropout = node.kwargs.get("dropout_p", node.args[dropout_at] if len(node.args) > dropout_at else 0.0)
     if dropout:
-        return "dropout_p > 0 needs random numbers matching PyTorch's"
-    if 0 not in h.used_outputs(node) or h.used_outputs(node) - {0}:
-        return "only the attention output (not logsumexp) is produced"
-    q, k = (a.meta.get("val") for a in node.args[:2])
-    if _groups(node) == 0:
+        # PyTorch's CPU kernel raises for it too: SDPA with dropout reaches us as the math path
+        # (matmuls, softmax, native_dropout), which is lowered, mask saved for the backward.
+        return "the CPU flash-attention op does not support dropout_p > 0 (PyTorch's kernel rejects it as well)"
+    q, k = (a.meta.get("val") for a in node.args[first : first + 2])
+    if _groups(node, first) == 0:
         return f"query heads ({q.shape[-3]}) must be a multiple of key/value heads ({k.shape[-3]})"
     mask = node.kwargs.get("attn_mask")
-    if _groups(node) != 1 and isinstance(mask, torch.fx.Node):
+    if _groups(node, first) != 1 and isinstance(mask, torch.fx.Node):
         mval = mask.meta.get("val")
         mh = mval.shape[-3] if mval is not None and mval.dim() >= 3 else 1
         if not (isinstance(mh, int) and mh == 1) and str(mh) != str(q.shape[-3]):
@@ -54,6 +56,8 @@ def _sdpa_ok(node: torch.fx.Node) -> str | None:
 
 @lowers(aten._scaled_dot_product_flash_attention_for_cpu.default, validator=_sdpa_ok)
 def sdpa_flash_cpu(ctx, node, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    if 1 in h.used_outputs(node):  # a training forward: its logsumexp is saved for the backward
+        return _attention_with_logsumexp(node, q, k, v, bool(is_causal), attn_mask, scale)
     dtype = h.out_dtype(node)
     groups = _groups(node)
     query = q
@@ -111,3 +115,91 @@ def _folded_mask(q, k, mask, causal: bool, groups):
         repeats = h.as_shape([1, 1, groups, 1])
         return ops.tile(mask, repeats).output(0)
     return h.reshape(mask, [h.dim(mask, 0), h.dim(k, 1), -1, keys])  # a mask per query head
+
+
+# ----------------------------------------------------------------------------- training
+# OpenVINO's fused op gives no logsumexp and has no backward, so a training graph's attention is
+# written out: S = scale * Q K^T (masked), P = softmax(S), O = P V. Computed in f32 as PyTorch's
+# CPU kernel accumulates; queries are folded per K/V head as above, which also sums dK and dV over
+# each group of query heads for free (their rows are just more rows of the folded product).
+
+
+def _folded(q, k, attn_mask, causal: bool, groups: int | None):
+    """(queries folded per K/V head, mask for them or None, causal flag left to apply)."""
+    if groups == 1:
+        return q, attn_mask, causal
+    query = h.reshape(q, [h.dim(q, 0), h.dim(k, 1), -1, h.dim(q, 3)])
+    if groups is None:
+        groups = h.floor_div(h.dim(q, 1), h.dim(k, 1))
+    return query, _folded_mask(q, k, attn_mask, causal, groups), False
+
+
+def _scores(q, k, attn_mask, causal: bool, scale):
+    """f32 masked scores ``scale * q k^T`` (masked entries -inf) and the scale used."""
+    if scale is None:
+        scale = ops.divide(h.const(1.0, torch.float32), ops.sqrt(h.cast(h.dim(q, 3), torch.float32))).output(0)
+    else:
+        scale = h.const(scale, torch.float32)
+    q32, k32 = h.cast(q, torch.float32), h.cast(k, torch.float32)
+    s = ops.multiply(ops.matmul(q32, k32, False, True), scale).output(0)
+    minus_inf = h.infinity(torch.float32, positive=False)
+    if causal:  # top-left aligned, as PyTorch's: key j is visible from row i if j <= i
+        rows, keys = h.arange(h.dim(q, 2)), h.arange(h.dim(k, 2))
+        allowed = ops.less_equal(h.unsqueeze(keys, 0), h.unsqueeze(rows, 1)).output(0)
+        s = ops.select(allowed, s, minus_inf).output(0)
+    if attn_mask is not None:
+        if h.dtype_of(attn_mask) == torch.bool:
+            s = ops.select(attn_mask, s, minus_inf).output(0)
+        else:
+            s = ops.add(s, h.cast(attn_mask, torch.float32)).output(0)
+    return s, scale
+
+
+def _attention_with_logsumexp(node, q, k, v, causal: bool, attn_mask, scale):
+    """(output, logsumexp) as PyTorch's CPU flash op returns them; a row whose keys are all
+    masked gives output 0 and logsumexp 0, as there."""
+    query, mask, causal = _folded(q, k, attn_mask, causal, _groups(node))
+    s, _ = _scores(query, k, mask, causal, scale)
+    last = h.const([-1], torch.int64)
+    top = ops.reduce_max(s, last, True).output(0)  # -FLT_MAX, not -inf, for an all -inf row
+    e = ops.exp(ops.subtract(s, top)).output(0)
+    # A row with a live key sums to >= 1 (its maximum contributes exp(0)); an all-masked row to 0.
+    total = ops.maximum(ops.reduce_sum(e, last, True), h.const(1.0, torch.float32)).output(0)
+    p = ops.divide(e, total).output(0)
+    out = ops.matmul(p, h.cast(v, torch.float32), False, False).output(0)
+    lse = ops.add(top, ops.log(total)).output(0)
+    live = ops.greater(top, h.const(float(np.finfo(np.float32).min), torch.float32)).output(0)
+    lse = ops.select(live, lse, h.const(0.0, torch.float32)).output(0)
+    out = h.reshape(out, [h.dim(q, 0), h.dim(q, 1), h.dim(q, 2), h.dim(v, 3)])
+    lse = h.reshape(lse, [h.dim(q, 0), h.dim(q, 1), h.dim(q, 2)])
+    return h.cast(out, h.out_dtype(node, 0)), h.cast(lse, h.out_dtype(node, 1))
+
+
+def _sdpa_backward_ok(node: torch.fx.Node) -> str | None:
+    return _sdpa_ok(node, first=1, dropout_at=6)
+
+
+@lowers(aten._scaled_dot_product_flash_attention_for_cpu_backward.default, validator=_sdpa_backward_ok)
+def sdpa_flash_cpu_backward(
+    ctx, node, grad_out, q, k, v, out, logsumexp, dropout_p, is_causal, *, attn_mask=None, scale=None
+):
+    """dQ, dK, dV from the saved logsumexp: P = exp(S - lse), dV = P^T dO, dS = P * (dO V^T -
+    rowsum(dO * O)), dQ = scale dS K, dK = scale dS^T Q (masked entries of P are 0 whatever lse
+    holds, so all-masked rows give zero gradients as in PyTorch)."""
+    query, mask, causal = _folded(q, k, attn_mask, bool(is_causal), _groups(node, 1))
+    s, scale_ = _scores(query, k, mask, causal, scale)
+    folded = lambda x: h.reshape(h.cast(x, torch.float32), [h.dim(k, 0), h.dim(k, 1), -1, h.dim(x, 3)])
+    lse = h.reshape(h.cast(logsumexp, torch.float32), [h.dim(k, 0), h.dim(k, 1), -1, 1])
+    p = ops.exp(ops.subtract(s, lse)).output(0)
+    minus_inf = h.infinity(torch.float32, positive=False)
+    p = ops.select(ops.equal(s, minus_inf), h.const(0.0, torch.float32), p).output(0)
+    go, o = folded(grad_out), folded(out)
+    v32, k32, q32 = h.cast(v, torch.float32), h.cast(k, torch.float32), h.cast(query, torch.float32)
+    dv = ops.matmul(p, go, True, False).output(0)
+    dp = ops.matmul(go, v32, False, True).output(0)
+    rowsum = ops.reduce_sum(ops.multiply(go, o), h.const([-1], torch.int64), True).output(0)
+    ds = ops.multiply(ops.multiply(p, ops.subtract(dp, rowsum)), scale_).output(0)
+    dq = ops.matmul(ds, k32, False, False).output(0)
+    dk = ops.matmul(ds, q32, True, False).output(0)
+    dq = h.reshape(dq, [h.dim(q, 0), h.dim(q, 1), h.dim(q, 2), h.dim(q, 3)])
+    return tuple(h.cast(g, h.out_dtype(node, i)) for i, g in enumerate((dq, dk, dv)))
