@@ -270,3 +270,25 @@ def _t5_tokenizer(workdir: Path) -> Any:
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>", model_max_length=32
     )
+
+
+def random_lora(pipe: Any, directory: Path | str, seed: int = 1, rank: int = 4, std: float = 0.3) -> Path:
+    """A LoRA for ``pipe``'s UNet with random (non-zero) weights, saved where ``load_lora_weights``
+    reads it. Built on a copy: ``pipe`` is left as it was."""
+    import copy
+
+    from diffusers.utils import convert_state_dict_to_diffusers
+    from peft import LoraConfig
+    from peft.utils import get_peft_model_state_dict
+
+    torch.manual_seed(seed)
+    unet = copy.deepcopy(pipe.unet)
+    targets = ["to_q", "to_k", "to_v", "to_out.0"]
+    unet.add_adapter(LoraConfig(r=rank, lora_alpha=rank, target_modules=targets, init_lora_weights=False))
+    with torch.no_grad():
+        for name, p in unet.named_parameters():
+            if "lora_" in name:
+                p.normal_(0, std)
+    layers = convert_state_dict_to_diffusers(get_peft_model_state_dict(unet))
+    type(pipe).save_lora_weights(directory, unet_lora_layers=layers)
+    return Path(directory)
