@@ -248,6 +248,7 @@ def _compile_aten(
 
 
 _VERSION = operator.attrgetter("_version")
+REFREEZE_LIMIT = 8
 _DATA_PTR = torch.Tensor.data_ptr
 
 
@@ -271,7 +272,9 @@ class _FrozenWeights:
     checkpoint loaded with ``load_state_dict``, ``.data`` replaced) has another version counter or
     data pointer; the graph is then compiled again with the current values (a model-cache hit when
     those weights were seen before), so a stale result never comes back. The checks are C loops
-    over the tensors (tens of ns per tensor, once per graph call).
+    over the tensors (tens of ns per tensor, once per graph call). Weights that keep changing (eval
+    calls between training steps) stop being refrozen after ``REFREEZE_LIMIT`` compiles: the graph
+    then takes them as inputs, one compile that is current whatever they become.
     """
 
     def __init__(
@@ -290,6 +293,7 @@ class _FrozenWeights:
         self._compile_unfrozen = compile_unfrozen
         self._refreeze = refreeze
         self._unfrozen: Callable | None = None
+        self.refreezes = 0
 
     def unfrozen(self) -> Callable:
         if self._unfrozen is None:
@@ -302,10 +306,17 @@ class _FrozenWeights:
             return self.unfrozen()(*args)
         stamp = _weights_stamp(self.tensors)
         if stamp != self.stamp:
+            if self.refreezes >= REFREEZE_LIMIT:  # weights that keep changing: take them as inputs
+                if self._unfrozen is None:
+                    logger.warning(
+                        "fxvino: frozen weights changed %d times; this graph now takes them as inputs", self.refreezes
+                    )
+                return self.unfrozen()(*args)
             forward = self._refreeze()
             if forward is None:  # could not compile again: weights as inputs are always current
                 return self.unfrozen()(*args)
             self.forward, self.stamp = forward, stamp
+            self.refreezes += 1
         return self.forward(*[args[i] for i in self.live])
 
     def boxed(self) -> Callable:

@@ -58,3 +58,20 @@ def test_weights_changed_accepts_modules_pipelines_and_lists():
         assert "torch.nn.Module" in str(e)
     else:
         raise AssertionError("weights_changed(3) must fail")
+
+
+def test_weights_that_keep_changing_end_up_as_inputs():
+    """An eval call after each training-like update: refrozen at most REFREEZE_LIMIT times, then one
+    compile with weights as inputs serves every later change, still equal to eager."""
+    from fxvino.capture import REFREEZE_LIMIT
+
+    torch.manual_seed(0)
+    model = _Net().eval()
+    x = torch.randn(2, 3, 8, 8)
+    compiled = torch.compile(model, backend="fxvino")
+    compiles = 0
+    for _ in range(REFREEZE_LIMIT + 4):
+        compiles += len(_check(model, compiled, x).graphs)
+        with torch.no_grad():
+            model.lin.weight.add_(0.1)
+    assert compiles == 1 + REFREEZE_LIMIT + 1, compiles
