@@ -59,12 +59,20 @@ def test_command_line_refuses_bad_input(model_dir, args, message):
 def test_command_line_writes_an_image(model_dir, tmp_path):
     from PIL import Image
 
-    out = tmp_path / "cat.png"
-    done = _cli("--model", str(model_dir), "--prompt", "a cat", "--width", "64", "--height", "48", "--steps", "2",
-                "--scheduler", "dpm++", "--out", str(out))  # fmt: skip
+    out, with_lora = tmp_path / "cat.png", tmp_path / "cat-lora.png"
+    common = ["--model", str(model_dir), "--prompt", "a cat", "--width", "64", "--height", "48", "--steps", "2",
+              "--scheduler", "dpm++"]  # fmt: skip
+    done = _cli(*common, "--out", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "s/step" in done.stdout
     assert Image.open(out).size == (64, 48)
+    lora = rp.random_lora(rp.sd_pipeline(tmp_path / "build"), tmp_path / "lora")
+    done = _cli(*common, "--out", str(with_lora), "--lora", str(lora), "--lora-scale", "0.8")
+    assert done.returncode == 0, done.stderr[-3000:]
+    difference = np.abs(np.asarray(Image.open(out), np.float32) - np.asarray(Image.open(with_lora), np.float32))
+    assert difference.max() > 1, "the LoRA changed nothing"
+    done = _cli(*common, "--lora", str(tmp_path / "missing"))
+    assert done.returncode == 2 and "LoRA path" in done.stderr
 
 
 def _free_port() -> int:
