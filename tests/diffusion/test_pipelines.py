@@ -60,13 +60,21 @@ def test_txt2img_equals_eager_with_euler_dpmpp_ddim(tmp_path):
 def test_sizes_and_batches_add_at_most_one_compile_per_component(tmp_path):
     """64x64 -> 96x96 -> 80x48 -> two images -> three 48x96 images (latents at half size): the first
     call compiles static graphs, the first other size one dynamic graph per component, then nothing."""
-    pipe = rp.sd_pipeline(tmp_path)
+    _sizes_add_one_compile(rp.sd_pipeline(tmp_path), components=3)
+
+
+@pytest.mark.heavy
+def test_sdxl_sizes_and_batches_add_at_most_one_compile_per_component(tmp_path):
+    _sizes_add_one_compile(rp.sdxl_pipeline(tmp_path), components=4)
+
+
+def _sizes_add_one_compile(pipe, components: int) -> None:
     expected = images(pipe, prompt="a cat", height=80, width=48, num_images_per_prompt=2)
     fxvino.compile_pipeline(pipe)
     with fxvino.collect_reports() as first:
         images(pipe, prompt="a cat", height=64, width=64)
     initial = compiles_per_frame(first)
-    assert len(initial) == 3 and set(initial.values()) == {1}, str(first)
+    assert len(initial) == components and set(initial.values()) == {1}, str(first)
     with fxvino.collect_reports() as later:
         images(pipe, prompt="a cat", height=96, width=96)
         got = images(pipe, prompt="a cat", height=80, width=48, num_images_per_prompt=2)
@@ -127,6 +135,8 @@ def test_saved_pipeline_reloads_with_from_pretrained(tmp_path):
 
     original = rp.sd_pipeline(tmp_path / "build")
     expected = images(original, prompt="a cat", height=64, width=64)
+    fxvino.compile_pipeline(original)  # a compiled pipeline saves plain weights
+    images(original, prompt="a cat", height=64, width=64)
     original.save_pretrained(tmp_path / "model")
     pipe = StableDiffusionPipeline.from_pretrained(tmp_path / "model", safety_checker=None)
     fxvino.compile_pipeline(pipe)
