@@ -7,7 +7,8 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint venv clean venv-optimum bench-generate bench-quantization java test-serving bench-serving
+.PHONY: demo test lint venv clean venv-optimum bench-generate bench-quantization java test-serving bench-serving \
+	browser test-diffusion bench-diffusion
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -22,9 +23,26 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/python -m fxvino.demo
 
-test: $(STAMP) java
+test: $(STAMP) java browser
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest -q
+
+# The web UI's test (tests/diffusion/test_txt2img_app.py) drives a headless Chromium: the system's
+# Chromium and chromedriver, installed only when missing (Debian/Ubuntu package names).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver; }
+
+# Every diffusion test, including the heavy end-to-end ones (SDXL, PixArt, img2img, inpainting,
+# ControlNet, every LoRA operation, the model cache with LoRA switching): a few minutes.
+test-diffusion: $(STAMP) browser
+	FXVINO_DIFFUSION=full $(VENV)/bin/python -m pytest -q tests/diffusion
+
+# SD 1.5-sized UNet/VAE with random weights under each contender (long: a quiet machine).
+bench-diffusion: $(STAMP)
+	$(VENV)/bin/python -m benchmarks.diffusion --out benchmarks/diffusion_results.md
 
 # optimum-intel (a contender of benchmarks/generate.py) pins another transformers: its own venv.
 # Its torchvision is a CUDA build that cannot load beside CPU torch, and transformers then fails to

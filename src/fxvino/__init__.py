@@ -6,6 +6,7 @@ model = torch.compile(model, backend="fxvino", options={"device": "CPU"})
 from __future__ import annotations
 
 from fxvino.backend import fxvino
+from fxvino.diffusion import compile_pipeline, weights_changed
 from fxvino.explain import explain
 from fxvino.options import Options
 from fxvino.report import GraphReport, Report, collect_reports
@@ -30,4 +31,15 @@ def reset() -> None:
     gc.collect()
 
 
-__all__ = ["fxvino", "explain", "reset", "collect_reports", "Options", "Report", "GraphReport", "__version__"]
+__all__ = [
+    "fxvino",
+    "compile_pipeline",
+    "weights_changed",
+    "explain",
+    "reset",
+    "collect_reports",
+    "Options",
+    "Report",
+    "GraphReport",
+    "__version__",
+]

@@ -234,8 +234,14 @@ def _compile_aten(
     if not frozen:
         boxed, unboxed = _boxed_call(runner, None), _unboxed_call(runner, None)
     else:
-        weights = _FrozenWeights(frozen, functools.partial(_compile_unfrozen, gm, options, next_id, report.name))
-        boxed, unboxed = weights.boxed(_graph_forward(runner), live), weights.unboxed(_graph_forward(runner), live)
+        weights = _FrozenWeights(
+            frozen,
+            _graph_forward(runner),
+            live,
+            functools.partial(_compile_unfrozen, gm, options, next_id, report.name),
+            functools.partial(_refreeze, gm, options, next_id, frozen, report.name),
+        )
+        boxed, unboxed = weights.boxed(), weights.unboxed()
     if direct is not None and kind == "inference" and _runtime_wrappers_idle(example_inputs):
         direct.append((unboxed, len(example_inputs)))
     return boxed
@@ -250,47 +256,117 @@ def _freeze_and_fold(work: torch.fx.GraphModule, frozen: dict[int, torch.Tensor]
     return fold_constants(work)
 
 
-class _FrozenWeights:
-    """Checks on every call that the parameters passed are the ones frozen into OpenVINO constants.
+_VERSION = operator.attrgetter("_version")
+REFREEZE_LIMIT = 8
+_DATA_PTR = torch.Tensor.data_ptr
 
-    Dynamo passes parameters as graph inputs without guarding which tensors they are, so one graph
-    can serve several module instances (a graph break inside a repeated block calls the code after
-    it with each block's own weights). Frozen weights would silently be the first instance's; a
-    call with other tensors runs a second compile of the graph that takes every weight as an input
-    instead. The check is an identity test per frozen tensor, in C (~10 ns each).
+
+def _weights_stamp(tensors: tuple[torch.Tensor, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Version counters (in-place ops on the tensor: ``copy_``, ``load_state_dict``, ``add_``) and
+    data pointers (``param.data = new``) of frozen tensors: if neither moved, the data did not
+    change through PyTorch's tracked paths. (In-place ops on ``param.data`` are invisible to both;
+    ``fxvino.weights_changed`` bumps the counters after such edits.)"""
+    return tuple(map(_VERSION, tensors)), tuple(map(_DATA_PTR, tensors))
+
+
+class _FrozenWeights:
+    """Checks on every call that the frozen weights are still what OpenVINO's constants hold.
+
+    Identity: Dynamo passes parameters as graph inputs without guarding which tensors they are, so
+    one graph can serve several module instances (a graph break inside a repeated block calls the
+    code after it with each block's own weights). A call with other tensors runs a second compile
+    of the graph that takes every weight as an input instead.
+
+    Contents: a frozen tensor changed in place since the compile (a LoRA fused into it, a new
+    checkpoint loaded with ``load_state_dict``, ``.data`` replaced) has another version counter or
+    data pointer; the graph is then compiled again with the current values (a model-cache hit when
+    those weights were seen before), so a stale result never comes back. The checks are C loops
+    over the tensors (tens of ns per tensor, once per graph call). Weights that keep changing (eval
+    calls between training steps) stop being refrozen after ``REFREEZE_LIMIT`` compiles: the graph
+    then takes them as inputs, one compile that is current whatever they become.
     """
 
-    def __init__(self, frozen: dict[int, torch.Tensor], compile_unfrozen: Callable[[], Callable]) -> None:
+    def __init__(
+        self,
+        frozen: dict[int, torch.Tensor],
+        forward: Callable,
+        live: list[int],
+        compile_unfrozen: Callable[[], Callable],
+        refreeze: Callable[[], Callable | None],
+    ) -> None:
         self.positions = tuple(frozen)
         self.tensors = tuple(frozen.values())
+        self.forward = forward
+        self.live = live
+        self.stamp = _weights_stamp(self.tensors)
         self._compile_unfrozen = compile_unfrozen
+        self._refreeze = refreeze
         self._unfrozen: Callable | None = None
+        self.refreezes = 0
 
     def unfrozen(self) -> Callable:
         if self._unfrozen is None:
             self._unfrozen = self._compile_unfrozen()
         return self._unfrozen
 
-    def boxed(self, forward: Callable, live: list[int]) -> Callable:
+    def _call(self, args: Sequence[Any]) -> Any:
+        """The slow path: other tensors than the frozen ones, or changed contents."""
+        if not all(map(operator.is_, map(args.__getitem__, self.positions), self.tensors)):
+            return self.unfrozen()(*args)
+        stamp = _weights_stamp(self.tensors)
+        if stamp != self.stamp:
+            if self.refreezes >= REFREEZE_LIMIT:  # weights that keep changing: take them as inputs
+                if self._unfrozen is None:
+                    logger.warning(
+                        "fxvino: frozen weights changed %d times; this graph now takes them as inputs", self.refreezes
+                    )
+                return self.unfrozen()(*args)
+            forward = self._refreeze()
+            if forward is None:  # could not compile again: weights as inputs are always current
+                return self.unfrozen()(*args)
+            self.forward, self.stamp = forward, stamp
+            self.refreezes += 1
+        return self.forward(*[args[i] for i in self.live])
+
+    def boxed(self) -> Callable:
         positions, tensors, same = self.positions, self.tensors, operator.is_
 
         def run(args: list[Any]) -> Any:
-            if all(map(same, map(args.__getitem__, positions), tensors)):
-                return forward(*[args[i] for i in live])
-            return self.unfrozen()(*args)
+            if all(map(same, map(args.__getitem__, positions), tensors)) and _weights_stamp(tensors) == self.stamp:
+                return self.forward(*[args[i] for i in self.live])
+            return self._call(args)
 
         run._boxed_call = True  # type: ignore[attr-defined]  # what make_boxed_func marks
         return run
 
-    def unboxed(self, forward: Callable, live: list[int]) -> Callable:
+    def unboxed(self) -> Callable:
         positions, tensors, same = self.positions, self.tensors, operator.is_
 
         def run(*args: Any) -> Any:
-            if all(map(same, map(args.__getitem__, positions), tensors)):
-                return forward(*[args[i] for i in live])
-            return self.unfrozen()(*args)
+            if all(map(same, map(args.__getitem__, positions), tensors)) and _weights_stamp(tensors) == self.stamp:
+                return self.forward(*[args[i] for i in self.live])
+            return self._call(args)
 
         return run
+
+
+def _refreeze(
+    gm: torch.fx.GraphModule, options: Options, next_id: Callable[[], str], frozen: dict[int, torch.Tensor], name: str
+) -> Callable | None:
+    """``gm`` compiled again with the current values of its frozen weights (see :class:`_FrozenWeights`)."""
+    report = GraphReport(next_id(), "inference")
+    report.frozen_inputs = len(frozen)
+    logger.info("fxvino: frozen weights of graph %s changed in place; compiling it again as %s", name, report.name)
+    try:
+        work = _LazyGraphModule(gm, copy.deepcopy(gm.graph))
+        with _gc_paused(), torch.no_grad():
+            report.folded_nodes = _freeze_and_fold(work, frozen)
+            runner = partition_and_compile(work, options, report)
+    except Exception as e:  # noqa: BLE001 - the caller runs the weights-as-inputs graph instead
+        logger.warning("fxvino: compiling graph %s again failed (%s); running it with weights as inputs", name, e)
+        return None
+    publish(report)
+    return _graph_forward(runner)
 
 
 def _compile_unfrozen(gm: torch.fx.GraphModule, options: Options, next_id: Callable[[], str], name: str) -> Callable:

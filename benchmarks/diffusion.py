@@ -1,0 +1,249 @@
+"""Stable Diffusion side by side: seconds per denoising step (UNet, batch 2 for classifier-free
+guidance), VAE decode seconds, first image (compile + first step + first decode; cold and with
+fxvino's model cache) and peak RSS, under eager PyTorch, Inductor, the OpenVINO wheel's
+``backend="openvino"``, native OpenVINO (``ov.convert_model`` of the same UNet and VAE decoder)
+and fxvino; float32 and bfloat16.
+
+    python -m benchmarks.diffusion                          # SD 1.5 UNet/VAE (random weights), 64x64 latents
+    python -m benchmarks.diffusion --size tiny --steps 2 --rounds 1 --precision f32   # proves it runs
+    make bench-diffusion
+
+The random-weight UNet and VAE are made once from configs and saved with ``save_pretrained``
+(under ``--cache``) so that every contender loads the same weights. Each measurement is a fresh
+process; rounds are interleaved (order reversed every other round); the table shows medians.
+``fxvino_warm`` runs with ``model_caching`` after a priming process filled the cache: its first
+image is a warm start. bf16 means: eager and Inductor under CPU autocast, OpenVINO (wheel, native,
+fxvino) with ``INFERENCE_PRECISION_HINT=bf16``; without AMX/AVX512-BF16 OpenVINO computes in f32
+(the machine's ISA is recorded in the output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+RESULT = "DIFFUSION-RESULT "
+CONTENDERS = ("eager", "inductor", "openvino", "native", "fxvino", "fxvino_warm")
+
+
+def _checkpoint(cache: Path, size: str) -> Path:
+    path = cache / f"sd-{size}"
+    if not (path / "unet" / "config.json").exists():
+        from fxvino.diffusion import random_pipelines as rp
+
+        pipe = rp.sd_pipeline(cache / "build", size=size)
+        pipe.unet.save_pretrained(path / "unet")
+        pipe.vae.save_pretrained(path / "vae")
+    return path
+
+
+def _peak_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class _Decoder:
+    """What a pipeline runs to decode: ``vae.decode(z).sample``, as a module for conversions."""
+
+    def __init__(self, vae: Any) -> None:
+        import torch
+
+        class M(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.vae = vae
+
+            def forward(self, z: torch.Tensor) -> torch.Tensor:
+                return self.vae.decode(z, return_dict=False)[0]
+
+        self.module = M().eval()
+
+
+def _native(module: Any, example: tuple, precision: str) -> Any:
+    import openvino as ov
+    import torch
+
+    with torch.no_grad():
+        model = ov.convert_model(module, example_input=example)
+    config = {"INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": "LATENCY"}
+    compiled = ov.Core().compile_model(model, "CPU", config)
+    request = compiled.create_infer_request()
+
+    def run(*args: torch.Tensor) -> torch.Tensor:
+        request.infer([a.numpy() for a in args], share_inputs=True)
+        return torch.from_numpy(request.get_output_tensor(0).data.copy())
+
+    return run
+
+
+def worker(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+
+    torch.set_num_threads(args.threads)
+    path = Path(args.checkpoint)
+    unet = UNet2DConditionModel.from_pretrained(path / "unet").eval()
+    vae = AutoencoderKL.from_pretrained(path / "vae").eval()
+    h = w = args.latent
+    g = torch.Generator().manual_seed(0)
+    latents = torch.randn(2, 4, h, w, generator=g)
+    text = torch.randn(2, 77, unet.config.cross_attention_dim, generator=g)
+    t = torch.tensor(999.0)
+    z = torch.randn(1, 4, h, w, generator=g)
+    decoder = _Decoder(vae).module
+    c, p = args.contender, args.precision
+    autocast = (
+        torch.autocast("cpu", dtype=torch.bfloat16)
+        if p == "bf16" and c in ("eager", "inductor")
+        else contextlib.nullcontext()
+    )
+    start = time.perf_counter()
+    if c == "native":
+        step_fn = _native(unet, (latents, t, text), p)
+        decode_fn = _native(decoder, (z,), p)
+        step = lambda: step_fn(latents, t, text)  # noqa: E731
+        decode = lambda: decode_fn(z)  # noqa: E731
+    else:
+        if c == "inductor":
+            import torch._inductor.config as inductor_config
+
+            inductor_config.freezing = True
+            unet_c, dec_c = torch.compile(unet), torch.compile(decoder)
+        elif c == "openvino":
+            import openvino.torch  # noqa: F401 - registers backend="openvino"
+
+            opts = {"config": {"INFERENCE_PRECISION_HINT": p}}
+            unet_c = torch.compile(unet, backend="openvino", options=opts)
+            dec_c = torch.compile(decoder, backend="openvino", options=opts)
+        elif c.startswith("fxvino"):
+            opts = {"precision": p}
+            if c == "fxvino_warm":
+                opts |= {"model_caching": True, "cache_dir": args.fxvino_cache}
+            unet_c = torch.compile(unet, backend="fxvino", options=opts)
+            dec_c = torch.compile(decoder, backend="fxvino", options=opts)
+        else:
+            unet_c, dec_c = unet, decoder
+        step = lambda: unet_c(latents, t, encoder_hidden_states=text, return_dict=False)[0]  # noqa: E731
+        decode = lambda: dec_c(z)  # noqa: E731
+    with torch.no_grad(), autocast:
+        step()
+        decode()
+        first = time.perf_counter() - start
+        times = []
+        for _ in range(args.steps):
+            t0 = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t0)
+        decodes = []
+        for _ in range(max(1, args.steps // 4)):
+            t0 = time.perf_counter()
+            decode()
+            decodes.append(time.perf_counter() - t0)
+    return {
+        "contender": c,
+        "precision": p,
+        "step_s": statistics.median(times),
+        "decode_s": statistics.median(decodes),
+        "first_image_s": first,
+        "peak_rss_mb": _peak_rss_mb(),
+    }
+
+
+def _run(contender: str, precision: str, args: argparse.Namespace, checkpoint: Path, cache: str) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "benchmarks.diffusion", "--worker", "--contender", contender, "--precision",
+           precision, "--checkpoint", str(checkpoint), "--latent", str(args.latent), "--steps", str(args.steps),
+           "--threads", str(args.threads), "--fxvino-cache", cache]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env={**os.environ}, timeout=args.timeout)
+    for line in done.stdout.splitlines():
+        if line.startswith(RESULT):
+            return json.loads(line[len(RESULT) :])
+    tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+    return {"contender": contender, "precision": precision, "error": tail[0][:200]}
+
+
+def _table(results: dict[tuple[str, str], list[dict]], contenders: list[str], precisions: list[str]) -> str:
+    rows = [
+        "| contender | precision | s/step | VAE decode s | first image s | peak RSS MB |",
+        "|---|---|--:|--:|--:|--:|",
+    ]
+    for p in precisions:
+        for c in contenders:
+            runs = [r for r in results.get((c, p), []) if "error" not in r]
+            if not runs:
+                errs = [r.get("error", "") for r in results.get((c, p), [])]
+                rows.append(f"| {c} | {p} | failed: {errs[0] if errs else 'not run'} | | | |")
+                continue
+            med = {
+                k: statistics.median(r[k] for r in runs) for k in ("step_s", "decode_s", "first_image_s", "peak_rss_mb")
+            }
+            rows.append(
+                f"| {c} | {p} | {med['step_s']:.3f} | {med['decode_s']:.3f} | {med['first_image_s']:.1f} | "
+                f"{med['peak_rss_mb']:,.0f} |"
+            )
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", default="sd15", choices=["sd15", "tiny"])
+    parser.add_argument("--latent", type=int, default=64, help="latent side (64: 512x512 images)")
+    parser.add_argument("--steps", type=int, default=8, help="timed UNet steps per process")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--precision", action="append", choices=["f32", "bf16"], help="default: both")
+    parser.add_argument("--contender", action="append", choices=CONTENDERS, help="default: all")
+    parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "fxvino-bench-diffusion"))
+    parser.add_argument("--out", help="also write the table (markdown) here")
+    parser.add_argument("--timeout", type=float, default=3600)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--checkpoint", help=argparse.SUPPRESS)
+    parser.add_argument("--fxvino-cache", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        args.contender = args.contender[0] if isinstance(args.contender, list) else args.contender
+        args.precision = args.precision[0] if isinstance(args.precision, list) else args.precision
+        print(RESULT + json.dumps(worker(args)), flush=True)
+        return 0
+    from benchmarks.bench import machine_info
+
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    checkpoint = _checkpoint(cache, args.size)
+    contenders, precisions = args.contender or list(CONTENDERS), args.precision or ["f32", "bf16"]
+    results: dict[tuple[str, str], list[dict]] = {}
+    for p in precisions:
+        fx_cache = tempfile.mkdtemp(prefix="fxvino-cache-", dir=cache)
+        if "fxvino_warm" in contenders:  # priming: fills the model cache; its figures are the cold ones
+            _run("fxvino_warm", p, args, checkpoint, fx_cache)
+        for r in range(args.rounds):
+            order = contenders if r % 2 == 0 else contenders[::-1]
+            for c in order:
+                res = _run(c, p, args, checkpoint, fx_cache)
+                results.setdefault((c, p), []).append(res)
+                print(json.dumps(res), file=sys.stderr, flush=True)
+    info = machine_info()
+    head = (
+        f"SD UNet/VAE `{args.size}` (random weights), {args.latent}x{args.latent} latents, UNet batch 2, "
+        f"{args.threads} threads, {args.rounds} rounds (medians). CPU: {info.get('cpu')}; ISA: {info.get('isa')}; "
+        f"torch {info.get('torch')}, openvino {info.get('openvino')}, fxvino {info.get('fxvino_commit')}"
+    )
+    text = head + "\n\n" + _table(results, contenders, precisions) + "\n"
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
