@@ -56,10 +56,9 @@ def _pt2e(model: Any, example: tuple, calibration: list[tuple]) -> Any:
     import torchao.quantization.pt2e.quantizer.x86_inductor_quantizer as xiq
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from fxvino.quantization import separate_module_calls
+    from fxvino.quantization import ready_for_quantizer
 
-    exported = torch.export.export(model, example).module()
-    separate_module_calls(exported)
+    exported = ready_for_quantizer(torch.export.export(model, example).module())
     quantizer = xiq.X86InductorQuantizer().set_global(xiq.get_default_x86_inductor_quantization_config())
     prepared = prepare_pt2e(exported, quantizer)
     for batch in calibration:
@@ -71,7 +70,10 @@ def _nncf_fx(model: Any, name: str, example: tuple, calibration: list[tuple]) ->
     import nncf
     import torch
 
+    from fxvino.quantization import remove_dead_code
+
     exported = torch.export.export(model, example).module()
+    remove_dead_code(exported)  # NNCF fails on the unused pooler weights of BERT's last hidden state
     kind = {"model_type": nncf.ModelType.TRANSFORMER} if name == "bert" else {}
     return nncf.quantize(exported, nncf.Dataset([b[0] for b in calibration]), subset_size=len(calibration), **kind)
 

@@ -89,10 +89,9 @@ def pt2e_int8(model: torch.nn.Module, inputs: Sequence[Any], fold_quantize: bool
     import torchao.quantization.pt2e.quantizer.x86_inductor_quantizer as xiq
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from fxvino.quantization import separate_module_calls
+    from fxvino.quantization import ready_for_quantizer
 
-    exported = torch.export.export(model, tuple(inputs)).module()
-    separate_module_calls(exported)
+    exported = ready_for_quantizer(torch.export.export(model, tuple(inputs)).module())
     quantizer = xiq.X86InductorQuantizer().set_global(xiq.get_default_x86_inductor_quantization_config())
     prepared = prepare_pt2e(exported, quantizer)
     prepared(*inputs)
