@@ -246,6 +246,12 @@ def test_torchao_int4_weight_only_is_a_4bit_constant():
     torch.testing.assert_close(out, model(x), atol=1e-5, rtol=1e-5)
     assert_all_on_openvino(report)
     assert _weight_types(report) == ["i4", "i4"], str(report)
+    from fxvino.quantization.compressed import four_bit
+
+    inner = [
+        getattr(layer.weight, name) for layer in (model[0], model[2]) for name in layer.weight.__tensor_flatten__()[0]
+    ]
+    assert inner and not any(four_bit(t) for t in inner)  # the model's own tensors are never tagged
 
 
 def test_int_weights_become_4bit_only_when_their_values_fit():

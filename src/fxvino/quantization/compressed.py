@@ -135,7 +135,7 @@ def _unpack_once(gm: torch.fx.GraphModule, root: torch.fx.Node) -> torch.fx.Node
     if not _fits_four_bits(values):
         return end
     if end is root:
-        values = values.clone()  # a frozen weight is the user's tensor: never tag it
+        values = values.detach()  # tag an alias, not the user's tensor object: no copy of the data
     name = f"_fxvino_int4_{root.name}"
     gm.register_buffer(name, _mark_four_bit(values.contiguous()), persistent=False)
     with gm.graph.inserting_before(end):
