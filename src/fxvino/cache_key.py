@@ -32,6 +32,7 @@ import openvino as ov
 import torch
 import torch.fx
 
+from fxvino.graph_edit import fetch_attr
 from fxvino.options import Options
 
 KEY_FORMAT = 1
@@ -121,17 +122,10 @@ def graph_material(sub: torch.fx.GraphModule) -> dict[str, Any]:
     return {"code": sub.code, "placeholders": placeholders}
 
 
-def _attr(gm: torch.fx.GraphModule, target: str) -> Any:
-    obj: Any = gm
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def graph_key(sub: torch.fx.GraphModule, options: Options) -> str:
     """SHA-256 of everything but the constants' values: graph, placeholder meta, options,
     versions. Cheap; it names the family of entries a lookup may start verifying early."""
-    inner = {n.target: _attr(sub, n.target) for n in sub.graph.find_nodes(op="get_attr")}
+    inner = {n.target: fetch_attr(sub, n.target) for n in sub.graph.find_nodes(op="get_attr")}
     material = {
         "versions": _versions(),
         "options": options_material(options),
@@ -145,7 +139,7 @@ def graph_key(sub: torch.fx.GraphModule, options: Options) -> str:
 
 def weights_key(sub: torch.fx.GraphModule, constants: Mapping[int, torch.Tensor]) -> str:
     """SHA-256 over the fingerprints of every constant: frozen inputs by position, attributes by name."""
-    inner = {n.target: _attr(sub, n.target) for n in sub.graph.find_nodes(op="get_attr")}
+    inner = {n.target: fetch_attr(sub, n.target) for n in sub.graph.find_nodes(op="get_attr")}
     named: list[tuple[str, torch.Tensor]] = [(f"arg{i}", constants[i]) for i in sorted(constants)]
     named += [(f"attr:{k}", v) for k, v in sorted(inner.items()) if isinstance(v, torch.Tensor)]
     digests = fingerprint_tensors(t for _, t in named)

@@ -12,6 +12,14 @@ import torch.fx
 KEEP_UNFOLDED = "fxvino_keep_unfolded"
 
 
+def fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:
+    """The object a ``get_attr`` node's dotted ``target`` names on ``gm``."""
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
 def placeholders_to_attrs(gm: torch.fx.GraphModule, values: Mapping[int, Any], prefix: str) -> None:
     """Replace the placeholders at ``values``' positions by attributes holding those values.
 

@@ -19,6 +19,7 @@ import openvino.opset16 as ops
 import torch
 import torch.fx
 
+from fxvino.graph_edit import fetch_attr
 from fxvino.lowering import helpers as h
 from fxvino.lowering import views
 from fxvino.lowering.registry import entry_for, op_name
@@ -197,13 +198,6 @@ def _four_bit_constant(t: torch.Tensor) -> ov.Output:
     owned = ov.Tensor(ov.Type.u4 if t.dtype == torch.uint8 else ov.Type.i4, ov.Shape(list(t.shape)))
     owned.data[...] = (values[0::2] | (values[1::2] << 4)).reshape(owned.data.shape).view(owned.data.dtype)
     return ops.constant(owned).output(0)
-
-
-def fetch_attr(gm: torch.fx.GraphModule, target: str) -> torch.Tensor:
-    obj: Any = gm
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def _map(a: Any, env: dict) -> Any:

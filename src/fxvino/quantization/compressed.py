@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from fxvino.graph_edit import KEEP_UNFOLDED
+from fxvino.graph_edit import KEEP_UNFOLDED, fetch_attr
 
 aten = torch.ops.aten
 
@@ -81,7 +81,7 @@ def keep_compressed_weights(gm: torch.fx.GraphModule) -> int:
     """Mark the decompressions of ``gm``'s integer weights; returns how many weights were kept."""
     kept = 0
     for root in list(gm.graph.find_nodes(op="get_attr")):
-        value = _attr(gm, root.target)
+        value = fetch_attr(gm, root.target)
         if not isinstance(value, torch.Tensor) or value.dtype not in (torch.int8, torch.uint8):
             continue
         if value.numel() < MIN_WEIGHT_ELEMENTS:
@@ -97,13 +97,6 @@ def keep_compressed_weights(gm: torch.fx.GraphModule) -> int:
         gm.graph.lint()
         gm.recompile()
     return kept
-
-
-def _attr(gm: torch.fx.GraphModule, target: str) -> object:
-    obj: object = gm
-    for part in target.split("."):
-        obj = getattr(obj, part, None)
-    return obj
 
 
 def _unpack_once(gm: torch.fx.GraphModule, root: torch.fx.Node) -> torch.fx.Node | None:
@@ -127,7 +120,7 @@ def _unpack_once(gm: torch.fx.GraphModule, root: torch.fx.Node) -> torch.fx.Node
             break
         end = join
     if end is root:
-        values = _attr(gm, root.target)
+        values = fetch_attr(gm, root.target)
     else:
         values = _evaluate(gm, end)
         if values is None:
@@ -193,7 +186,7 @@ def _evaluate(gm: torch.fx.GraphModule, end: torch.fx.Node) -> torch.Tensor | No
         stack.extend(n.all_input_nodes)
     for n in sorted(needed, key=order.__getitem__):
         if n.op == "get_attr":
-            values[n] = _attr(gm, n.target)
+            values[n] = fetch_attr(gm, n.target)
         elif n.op == "call_function":
             args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), values.__getitem__)
             values[n] = n.target(*args, **kwargs)
@@ -238,7 +231,7 @@ def _constant_value(gm: torch.fx.GraphModule, a: object) -> torch.Tensor | None:
     if isinstance(a, (int, float)):
         return torch.tensor(a)
     if isinstance(a, torch.fx.Node) and a.op == "get_attr":
-        v = _attr(gm, a.target)
+        v = fetch_attr(gm, a.target)
         return v if isinstance(v, torch.Tensor) else None
     if isinstance(a, torch.fx.Node) and a.target is aten._to_copy.default:
         inner = _constant_value(gm, a.args[0])
