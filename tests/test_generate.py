@@ -8,8 +8,6 @@ second length (Dynamo marks the changing sizes dynamic).
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from benchmarks import models
@@ -192,14 +190,15 @@ def test_weight_only_quantized_generation(bits):
     assert weights == {"i8" if bits == 8 else "i4"}, (weights, str(report))
 
 
-@pytest.mark.skipif(
-    os.environ.get("CI") == "true", reason="75 s of Dynamo tracing through NNCF's hooks: run outside CI (make test)"
-)
 def test_nncf_int4_compressed_model_generates():
     """``nncf.compress_weights`` (int4, on the nn.Module: NNCF's hooks decompress each weight) then
     ``model.compile(backend="fxvino")``: eager's tokens, with the products reading i4 weights
     (NNCF keeps the first and last layers in 8 bits). ``model.forward = torch.compile(...)``
-    does not combine with NNCF's hooks (Dynamo fails inside NNCF's own forward wrapper)."""
+    does not combine with NNCF's hooks (Dynamo fails inside NNCF's own forward wrapper).
+
+    NNCF's hooks replace the float weights between compile and first call, so each graph is
+    frozen again once, inside the model call and its ``__torch_function__`` mode: that recompile
+    ran NNCF's hooks on fxvino's constant folding (a crash) until it stepped outside the mode."""
     nncf = pytest.importorskip("nncf")
     model = _decoder("llama")
     ids = _prompt(12, model.config.vocab_size)
@@ -214,6 +213,7 @@ def test_nncf_int4_compressed_model_generates():
         op.inputs()[1].get_element_type().get_type_name()
         for graph in report.graphs
         for part in graph.ov_partitions
+        if part.compiled is not None  # the first freeze of a refrozen graph is freed
         for op in part.compiled.get_runtime_model().get_ordered_ops()
         if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"
     ]

@@ -127,6 +127,16 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+@contextlib.contextmanager
+def _outside_callers_modes() -> Iterator[None]:
+    """Compiling again happens inside a model call, under whatever ``__torch_function__`` modes
+    the caller runs (NNCF's hooks decompress weights through one): folding constants under them
+    ran NNCF's hooks on our own ops (a float right shift). Dynamo's first compile never sees
+    them; a recompile must not either."""
+    with torch._C.DisableTorchFunction():
+        yield
+
+
 def _graph_names() -> Callable[[], str]:
     """Names for the AOT graphs of one Dynamo graph: Dynamo's compile id ("frame/recompile")
     plus a suffix per graph (forward, backward), deterministic across processes."""
@@ -359,7 +369,7 @@ def _refreeze(
     logger.info("fxvino: frozen weights of graph %s changed in place; compiling it again as %s", name, report.name)
     try:
         work = _LazyGraphModule(gm, copy.deepcopy(gm.graph))
-        with _gc_paused(), torch.no_grad():
+        with _gc_paused(), torch.no_grad(), _outside_callers_modes():
             report.folded_nodes = _freeze_and_fold(work, frozen)
             runner = partition_and_compile(work, options, report)
     except Exception as e:  # noqa: BLE001 - the caller runs the weights-as-inputs graph instead
@@ -380,7 +390,7 @@ def _compile_unfrozen(gm: torch.fx.GraphModule, options: Options, next_id: Calla
     )
     try:
         work = _LazyGraphModule(gm, copy.deepcopy(gm.graph))
-        with _gc_paused():
+        with _gc_paused(), _outside_callers_modes():
             runner = partition_and_compile(work, options, report)
     except Exception as e:  # noqa: BLE001 - degrade, never crash the model
         runner = _graph_fallback(gm, report, e)
