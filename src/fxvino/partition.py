@@ -31,6 +31,7 @@ from fxvino.lowering.convert import LoweringError, fetch_attr, lower_graph
 from fxvino.lowering.registry import decline_reason, op_name
 from fxvino.lowering.views import view_chain
 from fxvino.options import Options
+from fxvino.quantization.compressed import dynamic_quantization_note
 from fxvino.report import Fallback, GraphReport, PartitionReport
 from fxvino.runtime import CompiledPartition
 
@@ -255,6 +256,9 @@ def _compile_partition(
         return
     preport.lowering_seconds, preport.compile_seconds = t1 - t0, t2 - t1
     preport.compiled_ref = weakref.ref(compiled)
+    note = dynamic_quantization_note(compiled)
+    if note is not None and note not in report.notes:
+        report.notes.append(note)
     report.partitions.append(preport)
     report.ov_ops.update(ops_here)
     partition = CompiledPartition(

@@ -70,6 +70,8 @@ class GraphReport:
     fallbacks: list[Fallback] = dataclasses.field(default_factory=list)
     frozen_inputs: int = 0
     folded_nodes: int = 0  # ops evaluated once at compile time (their inputs were all constants)
+    # What OpenVINO does differently from PyTorch's arithmetic on purpose (not a fallback).
+    notes: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def ov_partitions(self) -> list[PartitionReport]:
@@ -109,6 +111,7 @@ class GraphReport:
             lines.append(f"  {self.frozen_inputs} parameters/buffers frozen into OpenVINO constants")
         if self.folded_nodes:
             lines.append(f"  {self.folded_nodes} ops on constants only evaluated once at compile time")
+        lines.extend(f"  note: {n}" for n in self.notes)
         if self.torch_ops:
             lines.append("  in PyTorch: " + ", ".join(f"{op} x{n}" for op, n in self.torch_ops.most_common()))
         for fb in self.fallbacks:
@@ -125,6 +128,10 @@ class Report:
     @property
     def fallbacks(self) -> list[Fallback]:
         return [f for g in self.graphs for f in g.fallbacks]
+
+    @property
+    def notes(self) -> list[str]:
+        return [n for g in self.graphs for n in g.notes]
 
     @property
     def num_ov_partitions(self) -> int:

@@ -14,6 +14,8 @@ the float part of the decompression is kept out of constant folding.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from fxvino.graph_edit import KEEP_UNFOLDED, fetch_attr
@@ -228,15 +230,24 @@ def _drop_zero_subtractions(gm: torch.fx.GraphModule, stored: torch.fx.Node) -> 
 
 
 def _constant_value(gm: torch.fx.GraphModule, a: object) -> torch.Tensor | None:
+    """``a``'s value when it depends on constants only (a zero point is often converted and
+    reshaped on its way to the subtraction), else None."""
     if isinstance(a, (int, float)):
         return torch.tensor(a)
-    if isinstance(a, torch.fx.Node) and a.op == "get_attr":
-        v = fetch_attr(gm, a.target)
-        return v if isinstance(v, torch.Tensor) else None
-    if isinstance(a, torch.fx.Node) and a.target is aten._to_copy.default:
-        inner = _constant_value(gm, a.args[0])
-        return None if inner is None else inner.to(a.meta["val"].dtype)
-    return None
+    if not isinstance(a, torch.fx.Node):
+        return None
+    stack, seen = [a], set()
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "get_attr":
+            continue
+        if n.op != "call_function" or n.target not in _DECOMPRESS_OPS:
+            return None
+        stack.extend(n.all_input_nodes)
+    return _evaluate(gm, a)
 
 
 def _keep_float_chain(stored: torch.fx.Node) -> bool:
@@ -254,3 +265,34 @@ def _keep_float_chain(stored: torch.fx.Node) -> bool:
     for n in chain:
         n.meta[KEEP_UNFOLDED] = True
     return True
+
+
+def dynamic_quantization_note(compiled: Any) -> str | None:
+    """What the user must know when OpenVINO quantizes activations of ``compiled`` on the fly.
+
+    The CPU plugin's products over compressed weights (weight-only int8/int4) quantize their
+    activations to int8 in groups (``DYNAMIC_QUANTIZATION_GROUP_SIZE``, 32 by default) on CPUs
+    with int8 dot products: the int4 kernel that does so was 3x faster than the float one on an
+    AVX-512 VNNI machine, and it is what optimum-intel ships. Results then differ from PyTorch's
+    weight-only arithmetic by about 1e-3 relative, so the report says so, with the way back.
+    """
+    try:
+        group = int(compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE"))
+    except Exception:  # noqa: BLE001 - a device without the property does not do it
+        return None
+    if group <= 0:
+        return None
+    products = 0
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        if op.get_rt_info()["layerType"].astype(str) != "FullyConnected" or len(op.inputs()) < 2:
+            continue
+        activation, weight = (op.inputs()[i].get_element_type() for i in (0, 1))
+        if activation.is_real() and weight.is_integral():
+            products += 1
+    if not products:
+        return None
+    return (
+        f"{products} product(s) over compressed weights may quantize their activations to int8 in groups "
+        f"of {group} (OpenVINO's DYNAMIC_QUANTIZATION_GROUP_SIZE, used on CPUs with int8 dot products); "
+        "options={'config': {'DYNAMIC_QUANTIZATION_GROUP_SIZE': 0}} keeps them in float: exact, slower"
+    )
