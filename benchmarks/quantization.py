@@ -86,7 +86,10 @@ def _native(model: Any, name: str, example: tuple, calibration: list[tuple]) -> 
     kind = {"model_type": nncf.ModelType.TRANSFORMER} if name == "bert" else {}
     data = nncf.Dataset([b[0].numpy() for b in calibration])
     quantized = nncf.quantize(ov_model, data, subset_size=len(calibration), **kind)
-    compiled = ov.Core().compile_model(quantized, "CPU")
+    # fxvino's defaults: f32 where a layer is not int8 (OpenVINO would pick bf16 on AVX512-BF16/AMX).
+    compiled = ov.Core().compile_model(
+        quantized, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+    )
 
     def run(x: Any) -> Any:
         import torch
