@@ -83,6 +83,21 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
+def machine_class(machine: dict[str, Any]) -> str:
+    """A file-name slug for the kind of CPU a run measured (vendor and the ISA tier that decides
+    f32/bf16/int8 speed): runs on different classes are kept side by side, never overwritten."""
+    cpu = str(machine.get("cpu", "")).lower()
+    vendor = "intel" if "intel" in cpu else "amd" if "amd" in cpu else "cpu"
+    isa = set(str(machine.get("isa", "")).replace(" ", "").split(","))
+    if isa & {"amx_tile", "amx_bf16", "amx_int8"}:
+        tier = "amx"
+    elif "avx512f" in isa:
+        tier = "-".join(["avx512"] + [x for x in ("vnni", "bf16") if f"avx512_{x}" in isa])
+    else:
+        tier = "avx2-vnni" if "avx_vnni" in isa else "avx2"
+    return f"{vendor}-{tier}"
+
+
 # --------------------------------------------------------------------------- running workers
 
 
@@ -380,28 +395,8 @@ def write_markdown(path: Path, table: dict, models: list[str], backends: list[st
             "this latency is not OpenVINO's (see notes).",
         ]
 
-    # the headline ratios
-    lines += [
-        "",
-        "## fxvino against the references (latency ratio, below 1.00× = fxvino faster)",
-        "",
-        "| model | fxvino / native_ov | fxvino / inductor_freeze | fxvino_bf16 / native_ov_bf16 "
-        "| fxvino_bf16 / inductor_freeze_bf16 | fxvino_autocast_bf16 / fxvino_bf16 | fxvino / eager "
-        "| fxvino first call s | aot_eager first call s (tracing floor) | first call / aot_eager |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
-    ]
-    for model in models:
-        fx, ae = table.get((model, "fxvino")) or {}, table.get((model, "aot_eager")) or {}
-        lines.append(
-            f"| {model} | {fmt_ratio(ratio(table, model, 'fxvino', 'native_ov'))} | "
-            f"{fmt_ratio(ratio(table, model, 'fxvino', 'inductor_freeze'))} | "
-            f"{fmt_ratio(ratio(table, model, 'fxvino_bf16', 'native_ov_bf16'))} | "
-            f"{fmt_ratio(ratio(table, model, 'fxvino_bf16', 'inductor_freeze_bf16'))} | "
-            f"{fmt_ratio(ratio(table, model, 'fxvino_autocast_bf16', 'fxvino_bf16'))} | "
-            f"{fmt_ratio(ratio(table, model, 'fxvino', 'eager'))} | "
-            f"{fmt_s(fx.get('first_call_s'))} | {fmt_s(ae.get('first_call_s'))} | "
-            f"{fmt_ratio(first_call_ratio(fx, ae))} |"
-        )
+    lines += ["", "## fxvino against the references (latency ratio, below 1.00× = fxvino faster)", ""]
+    lines += ratio_table(table, models)
 
     if "probe" in models:
         lines += [
@@ -440,6 +435,68 @@ def write_markdown(path: Path, table: dict, models: list[str], backends: list[st
 
     lines += ["", f"Raw per-round results: `{meta['json_name']}`; worker logs: `benchmarks/logs/`.", ""]
     path.write_text("\n".join(lines))
+
+
+def ratio_table(table: dict, models: list[str]) -> list[str]:
+    """The headline ratios, one row per model (the run's own page and the index both show it)."""
+    lines = [
+        "| model | fxvino / native_ov | fxvino / inductor_freeze | fxvino_bf16 / native_ov_bf16 "
+        "| fxvino_bf16 / inductor_freeze_bf16 | fxvino_autocast_bf16 / fxvino_bf16 | fxvino / eager "
+        "| fxvino first call s | aot_eager first call s (tracing floor) | first call / aot_eager |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for model in models:
+        fx, ae = table.get((model, "fxvino")) or {}, table.get((model, "aot_eager")) or {}
+        lines.append(
+            f"| {model} | {fmt_ratio(ratio(table, model, 'fxvino', 'native_ov'))} | "
+            f"{fmt_ratio(ratio(table, model, 'fxvino', 'inductor_freeze'))} | "
+            f"{fmt_ratio(ratio(table, model, 'fxvino_bf16', 'native_ov_bf16'))} | "
+            f"{fmt_ratio(ratio(table, model, 'fxvino_bf16', 'inductor_freeze_bf16'))} | "
+            f"{fmt_ratio(ratio(table, model, 'fxvino_autocast_bf16', 'fxvino_bf16'))} | "
+            f"{fmt_ratio(ratio(table, model, 'fxvino', 'eager'))} | "
+            f"{fmt_s(fx.get('first_call_s'))} | {fmt_s(ae.get('first_call_s'))} | "
+            f"{fmt_ratio(first_call_ratio(fx, ae))} |"
+        )
+    return lines
+
+
+def write_index(folder: Path) -> Path:
+    """``results.md``: one section per machine class measured (every ``results-<class>.json`` in
+    ``folder``), each with the run's headline ratios and a link to its full page."""
+    lines = [
+        "# fxvino benchmark results, one section per machine class",
+        "",
+        "Each class (CPU vendor and the ISA tier that decides f32/bf16/int8 speed: AMX, AVX-512 with",
+        "or without VNNI/BF16, AVX2) keeps its own last full run, `results-<class>.md`, written by",
+        "`python -m benchmarks.bench` on such a machine; this page is rebuilt after every full run.",
+        "bf16 rows mean something only where the CPU has bf16 kernels (AMX or AVX512-BF16).",
+    ]
+    for raw in sorted(folder.glob("results-*.json")):
+        if raw.stem == "results-quick":
+            continue
+        data = json.loads(raw.read_text())
+        meta, m = data["meta"], data["meta"]["machine"]
+        table = {(a["model"], a["backend"]): a for a in data["aggregate"]}
+        models = [x for x in MODELS if any(k[0] == x for k in table)]
+        page = raw.with_suffix(".md").name
+        lines += [
+            "",
+            f"## {machine_class(m)}: {m.get('cpu')}",
+            "",
+            f"ISA: {m.get('isa') or 'unknown'}; {m.get('logical_cores')} logical cores; {meta['date'][:10]}, "
+            f"{meta['rounds']} round(s), fxvino at {m.get('fxvino_commit')}. Full table: [{page}]({page}).",
+            "",
+        ]
+        lines += ratio_table(table, models)
+        fx, dyn = table.get(("probe", "fxvino")), table.get(("probe", "dynamo_eager"))
+        if fx and dyn and "median_ms" in fx and "median_ms" in dyn:
+            lines += [
+                "",
+                f"Per-call overhead above Dynamo alone (probe): {(fx['median_ms'] - dyn['median_ms']) * 1000:.1f} µs.",
+            ]
+    index = folder / "results.md"
+    index.write_text("\n".join(lines) + "\n")
+    return index
 
 
 def write_chart(path: Path, table: dict, models: list[str], backends: list[str], meta: dict) -> str | None:
@@ -591,7 +648,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--out",
         type=Path,
-        help="markdown output (default benchmarks/results.md, "
+        help="markdown output (default benchmarks/results-<machine class>.md, e.g. results-intel-amx.md; "
         "benchmarks/results-quick.md with --quick); the chart and the raw JSON go next to it",
     )
     p.add_argument("--target-seconds", type=float, help="timed loop length per measurement (default 2, 0.5 quick)")
@@ -617,6 +674,9 @@ def main(argv: list[str] | None = None) -> int:
         "files, later files' (model, backend) pairs replace earlier ones (written to --out, default next to the "
         "first file)",
     )
+    p.add_argument(
+        "--index", action="store_true", help="do not measure: rebuild benchmarks/results.md from the runs there"
+    )
     a = p.parse_args(argv)
     # SIGTERM ends the run like Ctrl-C does, so the running worker is killed rather than orphaned.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -631,7 +691,10 @@ def main(argv: list[str] | None = None) -> int:
     quiet_wait = a.quiet_wait if a.quiet_wait is not None else (0.0 if a.quick else 20.0)
     max_attempts = a.max_attempts if a.max_attempts is not None else (1 if a.quick else 3)
     target_s = a.target_seconds if a.target_seconds is not None else (0.5 if a.quick else 2.0)
-    out = a.out or (HERE / ("results-quick.md" if a.quick else "results.md"))
+    if a.index:
+        print(f"wrote {write_index(HERE)}")
+        return 0
+    out = a.out or (HERE / ("results-quick.md" if a.quick else f"results-{machine_class(machine_info())}.md"))
     out = out if out.is_absolute() else Path.cwd() / out
     out.parent.mkdir(parents=True, exist_ok=True)
     png, raw = out.with_suffix(".png"), out.with_suffix(".json")
@@ -717,6 +780,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\ndone in {meta['wall_min']:.1f} min: wrote {out}" + ("" if warn else f", {png}") + f", {raw}")
     if warn:
         print("warning: " + warn)
+    if out.parent == HERE and not a.quick:
+        print(f"rebuilt {write_index(HERE)}")
     print()
     print(out.read_text())
     return 0

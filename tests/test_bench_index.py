@@ -1,0 +1,30 @@
+"""The benchmark keeps one run per machine class and indexes them (issue 16: a section per class)."""
+
+import json
+
+from benchmarks.bench import machine_class, write_index
+
+
+def test_machine_class_names_vendor_and_isa_tier():
+    assert (
+        machine_class({"cpu": "Intel(R) Xeon(R) Platinum", "isa": "avx2, avx512f, amx_bf16, amx_tile"}) == "intel-amx"
+    )
+    amd = {"cpu": "AMD EPYC 9R45", "isa": "avx2, avx_vnni, avx512f, avx512_vnni, avx512_bf16"}
+    assert machine_class(amd) == "amd-avx512-vnni-bf16"
+    assert machine_class({"cpu": "AMD EPYC", "isa": "avx2"}) == "amd-avx2"
+    assert machine_class({"cpu": "", "isa": ""}) == "cpu-avx2"
+
+
+def test_index_has_one_section_per_class_with_its_ratios(tmp_path):
+    for cls, cpu, fx in (("intel-amx", "Intel Xeon", 27.5), ("amd-avx2", "AMD EPYC", 60.0)):
+        meta = {"date": "2026-11-24T20:00:00", "rounds": 2, "machine": {"cpu": cpu, "isa": "avx2", "logical_cores": 2}}
+        aggregate = [
+            {"model": "bert", "backend": "fxvino", "median_ms": fx, "first_call_s": 3.0},
+            {"model": "bert", "backend": "native_ov", "median_ms": 30.0},
+        ]
+        (tmp_path / f"results-{cls}.json").write_text(json.dumps({"meta": meta, "runs": [], "aggregate": aggregate}))
+    (tmp_path / "results-quick.json").write_text("not read")
+    text = write_index(tmp_path).read_text()
+    assert text.count("\n## ") == 2
+    assert "[results-intel-amx.md](results-intel-amx.md)" in text
+    assert "| bert | 0.92× |" in text and "| bert | 2.00× |" in text
