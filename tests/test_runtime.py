@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 
+import openvino as ov
 import pytest
 import torch
 
@@ -280,3 +281,16 @@ def test_call_path_fetches_no_frozen_constant_and_copies_outputs_in_numpy():
     assert "run" in calls and "__call__" in calls  # the profile saw fxvino's call path
     assert "__getattr__" not in calls, calls
     assert not {"clone", "copy_"} & set(calls), calls
+
+
+def test_boolean_outputs_leave_openvino_as_u8_and_arrive_as_bool():
+    """The CPU plugin converts a boolean Result in a reference kernel (dropout's masks): masks
+    leave as u8 and the runtime views them as bool, without a copy of its own."""
+    x = torch.randn(64, 64)
+    with torch.no_grad(), collect_reports() as report:
+        mask, scaled = torch.compile(lambda x: (x > 0, (x > 0.5).float() * x), backend="fxvino")(x)
+    assert mask.dtype == torch.bool and torch.equal(mask, x > 0)
+    torch.testing.assert_close(scaled, (x > 0.5).float() * x)
+    (part,) = report.graphs[0].ov_partitions
+    types = {o.get_element_type() for o in part.compiled.outputs}
+    assert ov.Type.u8 in types and ov.Type.boolean not in types, types

@@ -24,7 +24,7 @@ import openvino as ov
 import torch
 
 from fxvino.lowering.convert import InputSpec, OutputSpec
-from fxvino.lowering.types import OV_TO_TORCH, TORCH_TO_NUMPY_CARRIER, to_ov_tensor
+from fxvino.lowering.types import OV_TO_TORCH, to_ov_tensor
 
 # Inputs up to this size are copied into the request's own buffer rather than bound.
 COPY_IN_BYTES = 64 * 1024
@@ -53,9 +53,10 @@ def _torch_view(tensor: ov.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
 
 
 def _torch_view_of(array: Any, dtype: torch.dtype | None) -> torch.Tensor:
+    """A torch tensor over ``array``, reinterpreted as ``dtype`` when the array carries it in
+    another type of the same size (bf16 as int16, bool as u8)."""
     view = torch.from_numpy(array)  # its storage holds ``array`` until the last view is freed
-    carrier = TORCH_TO_NUMPY_CARRIER.get(dtype) if dtype is not None else None
-    return view.view(dtype) if carrier is not None else view
+    return view.view(dtype) if dtype is not None and view.dtype != dtype else view
 
 
 class _Request:

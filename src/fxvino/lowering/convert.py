@@ -239,7 +239,10 @@ def _result(node: Any, results: list[ov.Node], env: dict, order: dict[int, int])
         return OutputSpec("complex", index=len(results) - 1, dtype=val.dtype)
     if h.rank(lowered) != val.dim():
         raise LoweringError(node, f"lowered rank {h.rank(lowered)} differs from torch's {val.dim()}")
-    results.append(ops.result(h.cast(lowered, val.dtype)))
+    # Booleans leave as u8 (the runtime views them as bool): the CPU plugin computes masks in u8
+    # and converts them to a boolean Result in a reference kernel (dropout's saved masks: 5% of a
+    # BERT-base training forward).
+    results.append(ops.result(h.cast(lowered, torch.uint8 if val.dtype == torch.bool else val.dtype)))
     return OutputSpec("tensor", index=len(results) - 1, dtype=val.dtype)
 
 
