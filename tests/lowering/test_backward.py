@@ -79,6 +79,10 @@ CONVS = {
     "groups": lambda: nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2),
     "depthwise_nobias": lambda: nn.Conv2d(4, 4, 3, padding=1, groups=4, bias=False),
     "pad_over_kernel": lambda: nn.Conv2d(4, 3, 2, padding=3),
+    # 1x1: the weight gradient is a batched MatMul (ResNet's bottlenecks and downsamples)
+    "pointwise": lambda: nn.Conv2d(4, 6, 1),
+    "pointwise_stride2_odd": lambda: nn.Conv2d(4, 6, 1, stride=2, bias=False),  # 9x10 input: 5x5 output
+    "pointwise_stride_asym": lambda: nn.Conv2d(4, 6, 1, stride=(3, 2)),
 }
 
 
@@ -94,6 +98,12 @@ def test_convolution_backward_1d_and_3d():
     torch._dynamo.reset()
     report = train_step(nn.Conv3d(4, 5, 3, stride=2, padding=1), torch.randn(2, 4, 5, 6, 7))
     assert_backward_on_openvino(report, "aten.convolution_backward.default")
+    torch._dynamo.reset()
+    report = train_step(nn.Conv3d(4, 5, 1, stride=2), torch.randn(2, 4, 5, 6, 7))
+    assert_backward_on_openvino(report, "aten.convolution_backward.default")
+    torch._dynamo.reset()
+    report = train_step(nn.Conv1d(4, 5, 1), torch.randn(2, 4, 11))
+    assert_backward_on_openvino(report, "aten.convolution_backward.default")
 
 
 def test_convolution_backward_weights_only():
@@ -107,6 +117,27 @@ def test_convolution_backward_weights_only():
     for p, q in zip(model.parameters(), ref.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad)
     assert_backward_on_openvino(report, "aten.convolution_backward.default")
+
+
+def test_pointwise_weight_gradient_is_a_matmul():
+    """A 1x1 convolution's weight gradient runs as a batched MatMul, not as a convolution over
+    the batch (slow in the CPU plugin, and with a stride it computes stride**2 the outputs)."""
+    model = nn.Conv2d(8, 16, 1, stride=2)
+    ref = copy.deepcopy(model)
+    x = torch.randn(4, 8, 14, 14)
+    with fxvino.collect_reports() as report:
+        torch.compile(model, backend="fxvino", options={"aot_autograd": True})(x).square().sum().backward()
+    ref(x).square().sum().backward()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+    graph = backward_graph(report)
+    assert_backward_on_openvino(report, "aten.convolution_backward.default")
+    layers = [
+        op.get_rt_info()["layerType"].astype(str)
+        for part in graph.ov_partitions
+        for op in part.compiled.get_runtime_model().get_ops()
+    ]
+    assert "MatMul" in layers and "Convolution" not in layers, layers
 
 
 @pytest.mark.parametrize(
