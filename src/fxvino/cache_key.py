@@ -35,7 +35,10 @@ import torch.fx
 from fxvino.graph_edit import fetch_attr
 from fxvino.options import Options
 
-KEY_FORMAT = 1
+# Raised when entries made by earlier code must not be served: the key format changed, or a
+# lowering's results did (2: MaxPool values and indices of windows of -inf or NaN now equal
+# PyTorch's, where older entries hold OpenVINO's own).
+KEY_FORMAT = 2
 # Below this many bytes a thread pool costs more than it saves.
 _PARALLEL_BYTES = 64 << 20
 
