@@ -25,7 +25,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
-from fxvino import isolation, specialize, training
+from fxvino import input_writes, isolation, specialize, training
 from fxvino.decompositions import DECOMPOSITIONS
 from fxvino.graph_edit import KEEP_UNFOLDED, placeholders_to_attrs
 from fxvino.lowering.convert import fetch_attr
@@ -229,6 +229,7 @@ def _compile_aten(
 ) -> Callable:
     report = GraphReport(next_id(), kind)
     frozen = _frozen_inputs(gm, static) if kind == "inference" else {}
+    mutated = input_writes.updated_inputs(gm) if kind == "inference" else []
     report.frozen_inputs = len(frozen)
     live = [i for i in range(len(example_inputs)) if i not in frozen]
     try:
@@ -236,7 +237,7 @@ def _compile_aten(
         work = _LazyGraphModule(gm, copy.deepcopy(gm.graph))  # code is generated only if run
         with unset_fake_temporarily():  # AOTAutograd calls us in fake mode; weights are real
             report.folded_nodes = _freeze_and_fold(work, frozen)
-        runner = partition_and_compile(work, options, report)
+        runner = _partition(work, options, report, mutated)
     except Exception as e:  # noqa: BLE001 - a bug of ours must degrade, not crash the model
         runner = _graph_fallback(gm, report, e)
         return make_boxed_func(gm) if runner is None else _boxed_call_of(runner)
@@ -248,13 +249,24 @@ def _compile_aten(
             frozen,
             _graph_forward(runner),
             live,
-            functools.partial(_compile_unfrozen, gm, options, next_id, report.name),
-            functools.partial(_refreeze, gm, options, next_id, frozen, report.name),
+            functools.partial(_compile_unfrozen, gm, options, next_id, report.name, mutated),
+            functools.partial(_refreeze, gm, options, next_id, frozen, report.name, mutated),
         )
         boxed, unboxed = weights.boxed(), weights.unboxed()
     if direct is not None and kind == "inference" and _runtime_wrappers_idle(example_inputs):
         direct.append((unboxed, len(example_inputs)))
     return boxed
+
+
+def _partition(
+    work: torch.fx.GraphModule, options: Options, report: GraphReport, mutated: Sequence[str | None]
+) -> torch.fx.GraphModule:
+    """``partition_and_compile``, with the updated inputs that are writes of a few positions
+    written in place (input_writes.py) rather than returned whole."""
+    writes = input_writes.take_writes(work, mutated)
+    runner = partition_and_compile(work, options, report)
+    input_writes.put_writes(runner, writes)
+    return runner
 
 
 def _freeze_and_fold(work: torch.fx.GraphModule, frozen: dict[int, torch.Tensor]) -> int:
@@ -361,7 +373,12 @@ class _FrozenWeights:
 
 
 def _refreeze(
-    gm: torch.fx.GraphModule, options: Options, next_id: Callable[[], str], frozen: dict[int, torch.Tensor], name: str
+    gm: torch.fx.GraphModule,
+    options: Options,
+    next_id: Callable[[], str],
+    frozen: dict[int, torch.Tensor],
+    name: str,
+    mutated: Sequence[str | None] = (),
 ) -> Callable | None:
     """``gm`` compiled again with the current values of its frozen weights (see :class:`_FrozenWeights`)."""
     report = GraphReport(next_id(), "inference")
@@ -371,7 +388,7 @@ def _refreeze(
         work = _LazyGraphModule(gm, copy.deepcopy(gm.graph))
         with _gc_paused(), torch.no_grad(), _outside_callers_modes():
             report.folded_nodes = _freeze_and_fold(work, frozen)
-            runner = partition_and_compile(work, options, report)
+            runner = _partition(work, options, report, mutated)
     except Exception as e:  # noqa: BLE001 - the caller runs the weights-as-inputs graph instead
         logger.warning("fxvino: compiling graph %s again failed (%s); running it with weights as inputs", name, e)
         return None
@@ -379,7 +396,13 @@ def _refreeze(
     return _graph_forward(runner)
 
 
-def _compile_unfrozen(gm: torch.fx.GraphModule, options: Options, next_id: Callable[[], str], name: str) -> Callable:
+def _compile_unfrozen(
+    gm: torch.fx.GraphModule,
+    options: Options,
+    next_id: Callable[[], str],
+    name: str,
+    mutated: Sequence[str | None] = (),
+) -> Callable:
     """``gm`` compiled with its parameters as inputs (see :class:`_FrozenWeights`), on first need."""
     report = GraphReport(next_id(), "inference")
     logger.warning(
@@ -391,7 +414,7 @@ def _compile_unfrozen(gm: torch.fx.GraphModule, options: Options, next_id: Calla
     try:
         work = _LazyGraphModule(gm, copy.deepcopy(gm.graph))
         with _gc_paused(), _outside_callers_modes():
-            runner = partition_and_compile(work, options, report)
+            runner = _partition(work, options, report, mutated)
     except Exception as e:  # noqa: BLE001 - degrade, never crash the model
         runner = _graph_fallback(gm, report, e)
         return gm.forward if runner is None else runner
