@@ -27,7 +27,7 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from fxvino import input_writes, isolation, specialize, training
 from fxvino.decompositions import DECOMPOSITIONS
-from fxvino.graph_edit import KEEP_UNFOLDED, placeholders_to_attrs
+from fxvino.graph_edit import KEEP_UNFOLDED, aot_metadata, placeholders_to_attrs
 from fxvino.lowering.convert import fetch_attr
 from fxvino.options import Options
 from fxvino.partition import partition_and_compile
@@ -489,11 +489,9 @@ def _runtime_wrappers_idle(example_inputs: Sequence[Any]) -> bool:
     (in its own state), and that Dynamo's graph and this one take the same arguments (no lifted
     parameters, no deduplication).
     """
-    from torch._guards import TracingContext
     from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-    ctx = TracingContext.try_get()
-    meta = getattr(ctx, "fw_metadata", None)
+    meta = aot_metadata()
     if meta is None or any(is_traceable_wrapper_subclass(a) for a in example_inputs):
         return False
     return (
@@ -564,10 +562,7 @@ def _frozen_inputs(gm: torch.fx.GraphModule, static: dict[int, torch.Tensor]) ->
     AOTAutograd's ``static_input_indices`` name them; they line up with Dynamo's inputs when
     the counts agree. Inputs the graph mutates are never frozen.
     """
-    from torch._guards import TracingContext
-
-    tc = TracingContext.try_get()
-    meta = tc.fw_metadata if tc is not None else None
+    meta = aot_metadata()
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
     if meta is None or not static:
         return {}

@@ -44,3 +44,11 @@ def placeholders_to_attrs(gm: torch.fx.GraphModule, values: Mapping[int, Any], p
         ph.replace_all_uses_with(attr)
         gm.graph.erase_node(ph)
     gm.recompile()
+
+
+def aot_metadata() -> object | None:
+    """AOTAutograd's ``fw_metadata`` for the graph being compiled now (None outside its compile):
+    which inputs are parameters, which the graph mutates, what its runtime wrappers will do."""
+    from torch._guards import TracingContext
+
+    return getattr(TracingContext.try_get(), "fw_metadata", None)

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 import torch
 import torch.fx
 
+from fxvino.graph_edit import aot_metadata
+
 aten = torch.ops.aten
 
 
@@ -138,10 +140,7 @@ def put_writes(gm: torch.fx.GraphModule, writes: Sequence[_Write]) -> None:
 def updated_inputs(gm: torch.fx.GraphModule) -> list[str | None]:
     """The placeholders whose updated values AOTAutograd's inference graph returns first (None for
     those whose metadata changes too): the ones its runtime wrapper copies back."""
-    from torch._guards import TracingContext
-
-    ctx = TracingContext.try_get()
-    meta = getattr(ctx, "fw_metadata", None)
+    meta = aot_metadata()
     if meta is None or not meta.num_mutated_inp_runtime_indices:
         return []
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
