@@ -117,8 +117,9 @@ class Options:
             kw["mode"] = mode
         return cls(**kw)
 
-    def compile_config(self) -> dict[str, Any]:
-        """OpenVINO properties for compile_model: mode, precision, then the user's config on top.
+    def compile_config(self, graph_config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """OpenVINO properties for compile_model: mode, precision, what the lowered graph asks
+        for (``graph_config``, e.g. ``SNIPPETS_MODE`` for quantized CNNs), then the user's config.
 
         ``model_caching`` is fxvino's own cache (``cache.py``), not OpenVINO's ``CACHE_DIR``: that
         one would hash every weight of an in-memory model on each compile and store a second
@@ -128,6 +129,8 @@ class Options:
         warn_if_precision_emulated(self.device, self.precision)
         cfg: dict[str, Any] = {k: v for k, v in MODE_CONFIG[self.mode].items() if not known or k in known}
         cfg["INFERENCE_PRECISION_HINT"] = PRECISIONS[self.precision]
+        if self.device == "CPU":  # the graph's wishes are CPU plugin properties, some unlisted
+            cfg.update(graph_config or {})
         cfg.update(self.config)
         return cfg
 

@@ -239,7 +239,8 @@ def _compile_partition(
                     raise _Blamed(e.node, f"lowering failed: {e.reason}") from e
                 t1 = time.perf_counter()
                 try:
-                    compiled = core().compile_model(lowered.model, options.device, options.compile_config())
+                    config = options.compile_config(lowered.plugin_config)
+                    compiled = core().compile_model(lowered.model, options.device, config)
                 except Exception as e:
                     blamed = _blame_compile_failure(sub, constants, job, e)
                     if blamed is None:

@@ -160,6 +160,64 @@ def test_reused_modules_quantize_after_separate_module_calls():
     assert (out - expected).abs().max() <= 0.05 * expected.abs().max()
 
 
+class _Bottlenecks(torch.nn.Module):
+    """Two ResNet bottleneck blocks: 1x1, 3x3, 1x1 convolutions and an identity shortcut."""
+
+    def __init__(self, c: int = 32) -> None:
+        super().__init__()
+        m = c // 4
+        convs = [(c, m, 1, 0), (m, m, 3, 1), (m, c, 1, 0)]
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.ModuleList(torch.nn.Conv2d(i, o, k, padding=p) for i, o, k, p in convs) for _ in range(2)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(x)
+        for a, b, c in self.blocks:
+            x = torch.relu(c(torch.relu(b(torch.relu(a(x))))) + x)
+        return x
+
+
+def _residual_adds_outside_convolutions(report: Any) -> list[str]:
+    """Executable layers other than convolutions that compute a residual Add (their original
+    layer names include an Add that is not a convolution's bias)."""
+    compiled = report.graphs[0].ov_partitions[0].compiled
+    found = []
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        rt = op.get_rt_info()
+        names = rt["originalLayersNames"].astype(str)
+        if rt["layerType"].astype(str) != "Convolution" and "Add" in names and "FakeQuantize" in names:
+            found.append(f"{rt['layerType'].astype(str)}: {names}")
+    return found
+
+
+def test_quantized_residual_adds_fuse_into_convolutions():
+    """A quantized residual block's Add and requantization run as post-ops of its last convolution
+    (as in native conversion), not as a separate float Subgraph: the plugin's snippets tokenizer
+    takes them first with static shapes, so fxvino turns snippets off for such graphs
+    (``quantized.plugin_config``; ResNet-50 int8 batch 8: 28.0 -> 20.0 ms). A user's own
+    ``SNIPPETS_MODE`` still wins, which shows the Subgraph the setting avoids."""
+    torch.manual_seed(0)
+    model, x = _Bottlenecks().eval(), torch.randn(2, 32, 14, 14)
+    quantizer = x86.X86InductorQuantizer().set_global(x86.get_default_x86_inductor_quantization_config())
+    prepared = pt2e.prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
+    for _ in range(4):
+        prepared(torch.randn(2, 32, 14, 14))
+    quantized = pt2e.convert_pt2e(prepared, fold_quantize=True)
+    expected = quantized(x)
+
+    out, report = run_fxvino(quantized, x)
+    assert_all_on_openvino(report)
+    assert _runtime_precisions(report, ("Convolution",)) <= {"u8", "i8"}, str(report)
+    assert _residual_adds_outside_convolutions(report) == []
+    assert (out - expected).abs().max() <= 0.05 * expected.abs().max()
+
+    torch._dynamo.reset()
+    out, report = run_fxvino(quantized, x, options={"config": {"SNIPPETS_MODE": "ENABLE"}})
+    assert _residual_adds_outside_convolutions(report), "the user's SNIPPETS_MODE should reach the plugin"
+    assert (out - expected).abs().max() <= 0.05 * expected.abs().max()
+
+
 def test_torchao_int8_weight_only_freezes_the_int8_weights():
     """torchao's weight-only int8 (a tensor subclass) reaches the graph as int8 data and scales;
     those inner tensors are frozen into OpenVINO constants like plain weights, and the products

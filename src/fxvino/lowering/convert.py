@@ -21,7 +21,7 @@ import torch.fx
 
 from fxvino.graph_edit import fetch_attr
 from fxvino.lowering import helpers as h
-from fxvino.lowering import views
+from fxvino.lowering import quantized, views
 from fxvino.lowering.registry import entry_for, op_name
 from fxvino.lowering.types import ov_type, real_dtype, to_numpy
 from fxvino.quantization.compressed import four_bit
@@ -60,6 +60,8 @@ class LoweredGraph:
     outputs: list[OutputSpec]
     runtime_positions: list[int]  # placeholder positions still passed at run time
     op_counts: collections.Counter
+    # Plugin properties this graph compiles better with (under the user's ``config``).
+    plugin_config: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -169,7 +171,7 @@ def lower_graph(gm: torch.fx.GraphModule, constants: Mapping[int, torch.Tensor],
         params.append(ctx.seed)
         inputs.append(InputSpec("seed", -1))
     model = ov.Model(results, params, name)
-    return LoweredGraph(model, inputs, outputs, runtime_positions, counts)
+    return LoweredGraph(model, inputs, outputs, runtime_positions, counts, quantized.plugin_config(model))
 
 
 def _constant(t: torch.Tensor) -> ov.Output:
