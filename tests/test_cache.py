@@ -317,3 +317,203 @@ def test_unwritable_cache_dir_still_compiles(tmp_path, caplog):
     with torch.no_grad():
         torch.testing.assert_close(out, model(x))
     assert any("could not write cache entry" in r.getMessage() for r in caplog.records)
+
+
+# ---- cost: stamps that spare the crc32 pass, the recorded compile time, graphs set aside ------
+
+
+def _xattrs_work(directory: Path) -> bool:
+    probe = directory / "xattr-probe"
+    probe.write_bytes(b"x")
+    try:
+        os.setxattr(probe, "user.fxvino.probe", b"1")
+        return True
+    except (OSError, AttributeError):
+        return False
+    finally:
+        probe.unlink()
+
+
+def _count_crc(monkeypatch) -> list[int]:
+    """Count full crc32 passes over blobs (the metadata's small crc is zlib's, not counted)."""
+    calls: list[int] = []
+    real = fxcache._crc32
+
+    def counting(buf, cancel=None):
+        calls.append(len(memoryview(buf).cast("B")))
+        return real(buf, cancel)
+
+    monkeypatch.setattr(fxcache, "_crc32", counting)
+    return calls
+
+
+def test_a_stamped_unchanged_entry_is_not_checked_again(tmp_path, monkeypatch):
+    if not _xattrs_work(tmp_path):
+        pytest.skip("no user extended attributes on this file system: every hit checks its crc32")
+    cache = ModelCache(tmp_path)
+    assert cache.store("k", _tiny_compiled(3.0), _SPECS, cap=None)
+    cache.settle()  # the writer stamps once the bytes are on disk
+    calls = _count_crc(monkeypatch)
+    x = np.arange(64 * 1024, dtype=np.float32)
+    for n in (1, 2):  # the hit touches the file (LRU) and stamps it again for its new mtime
+        hit = cache.load("k", "CPU", {})
+        assert hit is not None and calls == [], "an entry unchanged since its bytes were checked needs no crc32 pass"
+        assert cache.stats.crc_skipped == n
+        np.testing.assert_array_equal(hit.compiled.create_infer_request().infer([x])[0], 3.0 * x)
+
+
+def test_an_unstamped_entry_is_checked_once_then_stamped(tmp_path, monkeypatch):
+    if not _xattrs_work(tmp_path):
+        pytest.skip("no user extended attributes on this file system")
+    cache = ModelCache(tmp_path)
+    assert cache.store("k", _tiny_compiled(3.0), _SPECS, cap=None)
+    cache.settle()
+    os.removexattr(cache.path("k"), fxcache._STAMP_ATTR)  # e.g. its writer exited before the fsync
+    calls = _count_crc(monkeypatch)
+    assert cache.load("k", "CPU", {}) is not None and len(calls) == 1
+    cache.settle()  # the reader stamps after its own fsync
+    assert cache.load("k", "CPU", {}) is not None and len(calls) == 1
+    assert cache.stats.crc_skipped == 1
+
+
+def _copy_over_keeping_stat(path: Path) -> None:
+    """Corrupt a copy (same size, and copy2 keeps mtime and extended attributes, the stamp
+    included), then rename it over the entry: only the inode differs."""
+    import shutil
+
+    copy = path.with_name("copy")
+    shutil.copy2(path, copy)
+    _corrupt_middle(copy)
+    st = path.stat()
+    os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(copy, path)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        _corrupt_middle,
+        lambda p: os.truncate(p, p.stat().st_size - 1),
+        lambda p: p.write_bytes(p.read_bytes() + b"trailing"),
+        _copy_over_keeping_stat,
+    ],
+    ids=["flipped-bytes", "truncated-blob", "extended", "stamped-copy-same-size-and-mtime"],
+)
+def test_a_stamp_never_vouches_for_changed_bytes(tmp_path, caplog, monkeypatch, damage):
+    if not _xattrs_work(tmp_path):
+        pytest.skip("no user extended attributes on this file system")
+    cache = ModelCache(tmp_path)
+    cache.store("k", _tiny_compiled(2.0), _SPECS, cap=None)
+    cache.settle()
+    assert os.getxattr(cache.path("k"), fxcache._STAMP_ATTR), "the writer stamps its entry"
+    damage(cache.path("k"))
+    calls = _count_crc(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="fxvino"):
+        assert cache.load("k", "CPU", {}) is None
+    assert (cache.stats.corrupt, cache.stats.hits, cache.stats.crc_skipped) == (1, 0, 0)
+    if "truncated" not in caplog.text and "extended" not in caplog.text:
+        assert calls, "the bytes were checked again (the crc32 pass is what found the damage)"
+
+
+def test_entries_record_their_compile_time_and_hits_report_theirs(tmp_path):
+    model, x = _mlp(), torch.randn(4, 16)
+    _run(model, x, tmp_path)
+    (entry,) = _entries(tmp_path)
+    meta = ModelCache(tmp_path).read(entry).meta
+    assert meta["compile_seconds"] > 0, "the lowering + compile seconds are part of the entry"
+    _run(model, x, tmp_path)
+    st = _stats(tmp_path)
+    assert st.hits == 1 and st.import_seconds > 0 and st.verify_seconds > 0
+
+
+def test_the_likely_entry_is_imported_while_the_weights_are_hashed(tmp_path, monkeypatch):
+    """With one entry for the architecture, it is imported on the prefetch thread; if the
+    weights say another key, that import is dropped and never served."""
+    threads: list[str] = []
+    real = ModelCache._import
+
+    def recording(self, blob, device, config):
+        import threading
+
+        threads.append(threading.current_thread().name)
+        return real(self, blob, device, config)
+
+    monkeypatch.setattr(ModelCache, "_import", recording)
+    x = torch.randn(4, 16)
+    a, b = _mlp(seed=0), _mlp(seed=1)
+    _run(a, x, tmp_path)
+    _run(a, x, tmp_path)
+    assert _stats(tmp_path).hits == 1
+    assert len(threads) == 1 and threads[0].startswith("fxvino-prefetch"), threads
+    out_b, _ = _run(b, x, tmp_path)  # same architecture, other weights: a's entry is the guess
+    assert _stats(tmp_path).hits == 0
+    with torch.no_grad():
+        torch.testing.assert_close(out_b, b(x))
+    threads.clear()
+    _run(a, x, tmp_path)  # two entries now: no guess, the weights' key decides what is imported
+    assert _stats(tmp_path).hits == 1 and threads == ["MainThread"]
+
+
+@pytest.mark.parametrize(
+    "hit, compiled, aside",
+    [(31.5, 9.8, True), (10.5, 9.8, False), (0.4, 0.01, False), (0.02, 0.5, False), (2.0, 1.0, True)],
+)
+def test_a_hit_is_slower_than_compiling_only_beyond_noise(hit, compiled, aside):
+    assert fxcache.slower_than_compiling(hit, compiled) is aside
+
+
+def test_a_graph_whose_hits_lose_to_compiling_twice_is_set_aside(tmp_path, monkeypatch, capsys, caplog):
+    model, x = _mlp(), torch.randn(4, 16)
+    _run(model, x, tmp_path)
+    monkeypatch.setattr(fxcache, "slower_than_compiling", lambda hit, compiled: True)
+    _run(model, x, tmp_path)
+    st = _stats(tmp_path)
+    assert (st.hits, st.slow_hits, st.set_aside) == (1, 1, 0), "one slow hit is a strike, not a decision"
+    assert len(_entries(tmp_path)) == 1
+    with caplog.at_level(logging.WARNING, logger="fxvino"):
+        out, _ = _run(model, x, tmp_path)
+    st = _stats(tmp_path)
+    assert (st.hits, st.slow_hits, st.set_aside) == (1, 1, 1), "the hit is used, then its graph is set aside"
+    assert any("without the cache from now on" in r.getMessage() for r in caplog.records)
+    assert _entries(tmp_path) == [], "entries of a graph set aside are removed: nothing will read them"
+
+    import fxvino.cache_key
+
+    def no_hashing(*args, **kwargs):
+        raise AssertionError("a graph set aside must not hash its weights")
+
+    monkeypatch.setattr(fxvino.cache_key, "weights_key", no_hashing)
+    out, report = _run(model, x, tmp_path)
+    st = _stats(tmp_path)
+    assert (st.aside, st.hits, st.misses, st.stores) == (1, 0, 0, 0), st
+    assert not report.fallbacks and report.graphs[0].lowering_seconds > 0
+    with torch.no_grad():
+        torch.testing.assert_close(out, model(x))
+    assert _entries(tmp_path) == [], "a graph set aside is not stored again"
+
+    assert cli_main(["cache", "info", "--dir", str(tmp_path)]) == 0
+    out_text = capsys.readouterr().out
+    assert "set aside   1 graph(s)" in out_text and "compile" in out_text
+    assert cli_main(["cache", "clear", "--dir", str(tmp_path)]) == 0
+    assert "forgot 1 graph(s) set aside" in capsys.readouterr().out
+    monkeypatch.undo()
+    _run(model, x, tmp_path)
+    assert _stats(tmp_path).stores == 1, "after `fxvino cache clear` the graph is cached again"
+
+
+def test_a_hit_that_pays_off_clears_an_earlier_strike(tmp_path, monkeypatch):
+    model, x = _mlp(), torch.randn(4, 16)
+    _run(model, x, tmp_path)
+    with monkeypatch.context() as m:
+        m.setattr(fxcache, "slower_than_compiling", lambda hit, compiled: True)
+        _run(model, x, tmp_path)  # e.g. the first hit after a reboot, reading the blob from disk
+    assert len(list(tmp_path.glob("*" + fxcache.ASIDE_SUFFIX))) == 1
+    with monkeypatch.context() as m:
+        m.setattr(fxcache, "slower_than_compiling", lambda hit, compiled: False)
+        _run(model, x, tmp_path)
+    assert list(tmp_path.glob("*" + fxcache.ASIDE_SUFFIX)) == [], "strikes count only in a row"
+    with monkeypatch.context() as m:
+        m.setattr(fxcache, "slower_than_compiling", lambda hit, compiled: True)
+        _run(model, x, tmp_path)
+    st = _stats(tmp_path)
+    assert (st.hits, st.set_aside) == (1, 0) and len(_entries(tmp_path)) == 1

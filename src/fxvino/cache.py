@@ -20,6 +20,14 @@ shape:
   the same key both leave a valid file (the last rename wins).
 - **Corruption.** Size and crc32 of the blob are checked before OpenVINO sees a byte (a
   corrupt blob could crash the importer); a bad entry is logged, counted, removed and rebuilt.
+  The crc32 pass is skipped only when the file is provably the one whose bytes were checked:
+  see :func:`_stamp` (an extended attribute naming the file's device, inode, size and mtime
+  after the check, written once the data is on disk).
+- **Cost.** An entry records how long lowering and compiling its partition took. When hits
+  of a graph (the weight-independent half of the key) cost more than that (hashing the weights,
+  checking and importing the blob) in two processes in a row, the graph is set aside: later
+  lookups of it skip the weights hash and the cache and just compile (see :func:`lookup`). A
+  cache that can only slow a model down steps aside; ``fxvino cache clear`` forgets the marks.
 - **Size cap.** After each store, least-recently-used entries (mtime; a hit touches it) are
   removed until the directory fits ``cache_size``.
 
@@ -55,12 +63,27 @@ logger = logging.getLogger("fxvino")
 
 MAGIC = b"FXVINOC1"
 SUFFIX = ".fxvc"
+# ``<graph prefix>.aside``: this graph's hits cost more than compiling it (see ``lookup``).
+ASIDE_SUFFIX = ".aside"
+# Slow hits in a row that set a graph aside. One could be a one-off: the first hit after a
+# reboot reads the blob from disk, where the compile it is compared with had the weights in
+# memory; a permanent decision should not rest on it.
+ASIDE_STRIKES = 2
 TMP_PREFIX = ".tmp-"
 _HEADER = struct.Struct("<8sQI")
 _ALIGN = 4096
 _CHUNK = 64 << 20
 # Temporary files older than this are debris of a killed writer.
 _STALE_TMP_SECONDS = 3600.0
+# Misses remembered for ``store`` (one per partition being compiled; more means never stored).
+_MAX_PENDING_MISSES = 256
+# The extended attribute vouching that an entry's bytes were checked (``_stamp``).
+_STAMP_ATTR = "user.fxvino.verified"
+# A hit must cost this much more than compiling (seconds, and a fraction of the compile) before
+# its graph is set aside: below that the two are within run-to-run noise, and a permanent
+# decision should not rest on noise (a small model's hit and compile differ by milliseconds).
+ASIDE_MARGIN_SECONDS = 0.5
+ASIDE_MARGIN_FRACTION = 0.1
 
 
 class CacheEntryError(Exception):
@@ -76,6 +99,8 @@ class CachedPartition:
     outputs: list[OutputSpec]
     runtime_positions: list[int]
     mapping: Any  # the np.memmap the compiled model's memory may point into: keep it alive
+    compile_seconds: float | None = None  # lowering + compile when the entry was made (None: not recorded)
+    partition: str = ""  # the name it was stored under (reports)
 
 
 @dataclasses.dataclass
@@ -86,8 +111,14 @@ class CacheStats:
     corrupt: int = 0
     evicted: int = 0
     skipped: int = 0  # partitions not stored (Python outputs JSON cannot hold, too big, I/O error)
+    aside: int = 0  # partitions compiled without looking (their graph's hits cost more than compiling)
+    slow_hits: int = 0  # hits that cost more than compiling their partition (a strike each)
+    set_aside: int = 0  # graphs this process set aside (their last ASIDE_STRIKES hits were slow)
+    crc_skipped: int = 0  # hits whose blob check was skipped: the file is unchanged since it was checked
     key_seconds: float = 0.0  # computing keys (mostly hashing weights)
-    load_seconds: float = 0.0  # checking and importing hits
+    load_seconds: float = 0.0  # checking and importing hits (after the key was known)
+    verify_seconds: float = 0.0  # reading and checking blobs (part of it may overlap key_seconds)
+    import_seconds: float = 0.0  # OpenVINO's import_model of hits
     store_seconds: float = 0.0  # exporting and writing entries
 
 
@@ -104,6 +135,44 @@ def _crc32(buf: Any, cancel: threading.Event | None = None) -> int:
             raise Cancelled
         crc = zlib.crc32(view[i : i + _CHUNK], crc)
     return crc
+
+
+# ---- stamps: "these bytes were checked" --------------------------------------------------------
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    """What any write, truncation or replacement of a file changes: device, inode, size and
+    modification time (nanoseconds; a ``write`` sets it, ``os.replace`` brings another inode)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _stamp_value(identity: tuple[int, ...], key: Any, crc: int) -> bytes:
+    return json.dumps({"file": list(identity), "key": key, "blob_crc32": crc}, separators=(",", ":")).encode()
+
+
+def _get_stamp(fd: int) -> bytes | None:
+    try:
+        return os.getxattr(fd, _STAMP_ATTR)
+    except (OSError, AttributeError):  # no such attribute, no xattr support, or not Linux
+        return None
+
+
+def _set_stamp(fd: int, identity: tuple[int, ...], key: Any, crc: int) -> None:
+    """Vouch that the file with ``identity`` holds bytes whose crc32 matched ``crc``.
+
+    Why skipping the check on a matching stamp is safe: the crc32 guards against an entry whose
+    bytes differ from what fxvino wrote. fxvino never writes an entry in place (temporary
+    file + ``os.replace``, so a new entry is a new inode without this attribute); any other
+    write or truncation changes the mtime or size; a copy is another inode. What the stamp
+    cannot see, a change that keeps inode, size and mtime, is a deliberate restore of the
+    mtime or silent media corruption; a crc32 check would not see the first either (it is no
+    signature), and the second is what the disk's own ECC reports as an I/O error. The
+    attribute is set only after ``fsync``, so a crash cannot leave a stamp over bytes that
+    never reached the disk. Setting it changes the ctime, which is why ctime is not part of
+    the identity. No xattr support (some network file systems, not Linux): every hit checks.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        os.setxattr(fd, _STAMP_ATTR, _stamp_value(identity, key, crc))
 
 
 # ---- specs <-> JSON -------------------------------------------------------------------------
@@ -196,6 +265,32 @@ def format_size(n: int | None) -> str:
 # ---- the cache ------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass
+class EntryRead:
+    """An entry's metadata and mapped blob, with the identity of the file they came from."""
+
+    meta: dict
+    blob: np.memmap
+    identity: tuple[int, ...]  # (device, inode, size, mtime_ns) of the file when it was read
+    checked: bool  # True: this read computed the blob's crc32; False: a valid stamp vouched for it
+
+
+class Prefetch:
+    """An entry read (and perhaps imported) on another thread while the weights are hashed."""
+
+    def __init__(self, path: Path, future: concurrent.futures.Future, cancel: threading.Event):
+        self.path, self.future, self._cancel = path, future, cancel
+
+    def cancel(self) -> None:
+        """Not needed: stop the read, and do not start an import (one already running finishes
+        on its own thread and is dropped)."""
+        self._cancel.set()
+
+    def result(self) -> tuple[EntryRead, Any]:
+        """(read, imported model, an import error, or None if no import was attempted)."""
+        return self.future.result()
+
+
 class ModelCache:
     """Entries of one cache directory. Thread-safe; safe against other processes using it."""
 
@@ -203,6 +298,10 @@ class ModelCache:
         self.root = Path(root)
         self.stats = CacheStats()
         self._lock = threading.Lock()
+        # key -> perf_counter() when its lookup missed: ``store`` turns it into the entry's
+        # lowering + compile seconds. Popped by ``store``; bounded for misses never stored.
+        self._missed: dict[str, float] = {}
+        self._stampers: list[threading.Thread] = []
 
     def path(self, key: str) -> Path:
         return self.root / f"{key}{SUFFIX}"
@@ -214,21 +313,24 @@ class ModelCache:
         key: str,
         device: str,
         config: Mapping[str, Any],
-        prefetched: tuple[Path, concurrent.futures.Future] | None = None,
+        prefetched: Prefetch | None = None,
     ) -> CachedPartition | None:
         """The compiled partition stored under ``key``, or None (a miss, or a bad entry removed).
 
-        ``prefetched`` is (path, future of :meth:`read`) started before the key was known;
-        it is used when it is this key's path.
+        ``prefetched`` is a :meth:`prefetch` started before the key was known; it is used when
+        it is this key's path.
         """
         path = self.path(key)
+        compiled: Any = None
         try:
-            if prefetched is not None and prefetched[0] == path:
-                meta, blob = prefetched[1].result()
+            if prefetched is not None and prefetched.path == path:
+                got, compiled = prefetched.result()
             else:
-                meta, blob = self.read(path)
-            if meta.get("key") != key:
-                raise CacheEntryError(f"entry holds key {meta.get('key')!r}, expected {key!r}")
+                t = time.perf_counter()
+                got = self.read(path)
+                self._count("verify_seconds", time.perf_counter() - t)
+            if got.meta.get("key") != key:
+                raise CacheEntryError(f"entry holds key {got.meta.get('key')!r}, expected {key!r}")
         except FileNotFoundError:
             self._count("misses")
             return None
@@ -240,26 +342,75 @@ class ModelCache:
             self._discard(path, str(e))
             return None
         try:
-            inputs, outputs, positions = specs_from_json(meta)
-            compiled = _core().import_model(ov.Tensor(blob, shared_memory=True), device, dict(config))
+            inputs, outputs, positions = specs_from_json(got.meta)
+            if isinstance(compiled, Exception):
+                raise compiled
+            if compiled is None:
+                compiled = self._import(got.blob, device, config)
         except Exception as e:  # noqa: BLE001 - a blob OpenVINO rejects is rebuilt, never fatal
             self._discard(path, f"{type(e).__name__}: {e}")
             return None
-        with contextlib.suppress(OSError):
-            os.utime(path)  # least-recently-used order
+        self._touch(path, got)
         self._count("hits")
-        return CachedPartition(compiled, inputs, outputs, positions, blob)
+        if not got.checked:
+            self._count("crc_skipped")
+        spent = got.meta.get("compile_seconds")
+        spent = float(spent) if isinstance(spent, (int, float)) and not isinstance(spent, bool) else None
+        name = str(got.meta.get("partition", ""))
+        return CachedPartition(compiled, inputs, outputs, positions, got.blob, spent, name)
 
-    def newest(self, prefix: str) -> Path | None:
-        """The most recently used entry whose name starts with ``prefix``."""
+    def prefetch(self, path: Path, device: str, config: Mapping[str, Any], speculate: bool) -> Prefetch:
+        """Read and check ``path`` on another thread; with ``speculate``, import it right after.
+
+        The import reads only a checked blob, and its model is used only if the finished key
+        names this very file (``load``): a guess can waste work, never serve another entry.
+        """
+        cancel = threading.Event()
+        config = dict(config)
+
+        def work() -> tuple[EntryRead, Any]:
+            t = time.perf_counter()
+            got = self.read(path, cancel)
+            self._count("verify_seconds", time.perf_counter() - t)
+            if not speculate or cancel.is_set():
+                return got, None
+            try:
+                return got, self._import(got.blob, device, config)
+            except Exception as e:  # noqa: BLE001 - reported by load() if this entry is wanted
+                return got, e
+
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fxvino-prefetch")
+        future = pool.submit(work)
+        pool.shutdown(wait=False)
+        return Prefetch(path, future, cancel)
+
+    def _import(self, blob: np.ndarray, device: str, config: Mapping[str, Any]) -> ov.CompiledModel:
+        t = time.perf_counter()
         try:
-            found = [(e.stat().st_mtime, e.path) for e in os.scandir(self.root) if e.name.startswith(prefix)]
-        except OSError:
-            return None
-        return Path(max(found)[1]) if found else None
+            return _core().import_model(ov.Tensor(blob, shared_memory=True), device, dict(config))
+        finally:
+            self._count("import_seconds", time.perf_counter() - t)
 
-    def read(self, path: Path, cancel: threading.Event | None = None) -> tuple[dict, np.ndarray]:
-        """An entry's metadata and its verified blob (mapped); raises CacheEntryError if bad."""
+    def with_prefix(self, prefix: str) -> list[Path]:
+        """The entries whose name starts with ``prefix``, most recently used first."""
+        found = []
+        try:
+            names = [e for e in os.scandir(self.root) if e.name.startswith(prefix) and e.name.endswith(SUFFIX)]
+        except OSError:
+            return []
+        for e in names:
+            try:
+                found.append((e.stat().st_mtime_ns, e.path))
+            except FileNotFoundError:
+                continue  # removed by another process meanwhile
+        return [Path(p) for _, p in sorted(found, reverse=True)]
+
+    def read(self, path: Path, cancel: threading.Event | None = None) -> EntryRead:
+        """An entry's metadata and its verified blob (mapped); raises CacheEntryError if bad.
+
+        Header, metadata, identity, stamp and mapping all come from one open file descriptor,
+        so a concurrent ``os.replace`` cannot pair one file's stamp with another's bytes.
+        """
         with open(path, "rb") as f:
             head = f.read(_HEADER.size)
             if len(head) < _HEADER.size:
@@ -268,20 +419,89 @@ class ModelCache:
             if magic != MAGIC:
                 raise CacheEntryError(f"not an fxvino cache entry (magic {magic!r})")
             raw = f.read(meta_len)
-            size = os.fstat(f.fileno()).st_size
-        if len(raw) != meta_len or zlib.crc32(raw) != meta_crc:
-            raise CacheEntryError("metadata truncated or corrupt (crc32 mismatch)")
-        try:
-            meta = json.loads(raw)
-            offset, blob_size, blob_crc = int(meta["blob_offset"]), int(meta["blob_size"]), int(meta["blob_crc32"])
-        except (ValueError, KeyError, TypeError) as e:
-            raise CacheEntryError(f"unreadable metadata: {e}") from e
-        if size != offset + blob_size:
-            raise CacheEntryError(f"file is {size} bytes, expected {offset + blob_size} (truncated or extended)")
-        blob = np.memmap(path, dtype=np.uint8, mode="c", offset=offset, shape=(blob_size,))
+            if len(raw) != meta_len or zlib.crc32(raw) != meta_crc:
+                raise CacheEntryError("metadata truncated or corrupt (crc32 mismatch)")
+            try:
+                meta = json.loads(raw)
+                offset, blob_size = int(meta["blob_offset"]), int(meta["blob_size"])
+                blob_crc = int(meta["blob_crc32"])
+            except (ValueError, KeyError, TypeError) as e:
+                raise CacheEntryError(f"unreadable metadata: {e}") from e
+            st = os.fstat(f.fileno())
+            if st.st_size != offset + blob_size:
+                raise CacheEntryError(
+                    f"file is {st.st_size} bytes, expected {offset + blob_size} (truncated or extended)"
+                )
+            identity = _identity(st)
+            vouched = _get_stamp(f.fileno()) == _stamp_value(identity, meta.get("key"), blob_crc)
+            blob = np.memmap(f, dtype=np.uint8, mode="c", offset=offset, shape=(blob_size,))
+        if vouched:
+            return EntryRead(meta, blob, identity, checked=False)
         if _crc32(blob, cancel) != blob_crc:
             raise CacheEntryError("compiled blob corrupt (crc32 mismatch)")
-        return meta, blob
+        return EntryRead(meta, blob, identity, checked=True)
+
+    def _touch(self, path: Path, got: EntryRead) -> None:
+        """Mark a hit as recently used (mtime, for LRU eviction) and renew its stamp.
+
+        The touch changes the identity a stamp names, so the stamp is written again for the new
+        identity: at once when a stamp vouched for this read (the bytes were already checked
+        and on disk), after an fsync when this read checked them itself (``_stamp_when_durable``).
+        Nothing is touched or stamped if the file changed since it was read.
+        """
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            if _identity(os.fstat(fd)) != got.identity:
+                return
+            now = time.time_ns()
+            os.utime(fd if os.utime in os.supports_fd else path, ns=(now, now))
+            identity = _identity(os.fstat(fd))
+            key, crc = got.meta.get("key"), int(got.meta["blob_crc32"])
+            if got.checked:
+                self._stamp_when_durable(path, identity, key, crc)
+            else:
+                _set_stamp(fd, identity, key, crc)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    def _stamp_when_durable(self, path: Path, identity: tuple[int, ...], key: Any, crc: int) -> None:
+        """Stamp ``path`` once its bytes are on disk (fsync), on a daemon thread: the fsync
+        waits for write-back of a just-stored entry (seconds for gigabytes) and no caller
+        should wait for it. A process that exits first leaves no stamp: the next read checks."""
+
+        def work() -> None:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                return
+            try:
+                if _identity(os.fstat(fd)) != identity:
+                    return
+                os.fsync(fd)
+                if _identity(os.fstat(fd)) == identity:
+                    _set_stamp(fd, identity, key, crc)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
+        thread = threading.Thread(target=work, name="fxvino-stamp", daemon=True)
+        with self._lock:
+            self._stampers = [t for t in self._stampers if t.is_alive()]
+            self._stampers.append(thread)
+        thread.start()
+
+    def settle(self, timeout: float | None = None) -> None:
+        """Wait for pending stamps (tests, and callers that want the next process to skip checks)."""
+        with self._lock:
+            pending = list(self._stampers)
+        for t in pending:
+            t.join(timeout)
 
     # -- writing
 
@@ -322,6 +542,8 @@ class ModelCache:
                     f.write(raw)
                     f.write(b"\0" * (offset - _HEADER.size - len(raw)))
                     f.write(blob)
+                    f.flush()
+                    written = _identity(os.fstat(f.fileno()))
                 os.replace(tmp, self.path(key))
             except BaseException:
                 _unlink(Path(tmp))
@@ -331,6 +553,9 @@ class ModelCache:
             self._count("skipped")
             return False
         self._count("stores")
+        # The crc32 was computed over the very bytes written: once they are on disk, reading
+        # them back would check nothing more (``_stamp``), so the first hit need not either.
+        self._stamp_when_durable(self.path(key), written, key, meta_base["blob_crc32"])
         if cap is not None:
             self.evict(cap, keep=self.path(key))
         return True
@@ -373,9 +598,12 @@ class ModelCache:
             return removed
 
     def clear(self) -> int:
-        """Remove every entry (and temporary debris); returns how many entries were removed."""
+        """Remove every entry, every aside mark and temporary debris; returns how many entries
+        were removed."""
         with self._lock:
             n = sum(1 for path, _, _ in self.entries() if _unlink(path))
+            for path, _ in self.asides():
+                _unlink(path)
             self._sweep_tmp(max_age=0.0)
             return n
 
@@ -387,7 +615,88 @@ class ModelCache:
             "bytes": sum(s for _, s, _ in entries),
             "oldest_use": entries[0][2] if entries else None,
             "newest_use": entries[-1][2] if entries else None,
+            "aside": [record for _, record in self.asides()],
         }
+
+    # -- graphs whose hits cost more than compiling
+
+    def aside_path(self, prefix: str) -> Path:
+        return self.root / f"{prefix}{ASIDE_SUFFIX}"
+
+    def strikes(self, prefix: str) -> int:
+        """Slow hits in a row of graph ``prefix`` (``ASIDE_STRIKES`` or more: set aside)."""
+        try:
+            record = json.loads(self.aside_path(prefix).read_text())
+            return int(record["strikes"])
+        except FileNotFoundError:
+            return 0
+        except (OSError, ValueError, KeyError, TypeError):
+            return ASIDE_STRIKES  # a mark we cannot read was a decision to step aside: keep it
+
+    def is_aside(self, prefix: str) -> bool:
+        return self.aside_path(prefix).exists() and self.strikes(prefix) >= ASIDE_STRIKES
+
+    def asides(self) -> list[tuple[Path, dict[str, Any]]]:
+        """(path, record) of every mark, set aside or with strikes; unreadable reads as ``{}``."""
+        out = []
+        try:
+            names = [e for e in os.scandir(self.root) if e.name.endswith(ASIDE_SUFFIX)]
+        except OSError:
+            return []
+        for e in sorted(names, key=lambda e: e.name):
+            try:
+                record = json.loads(Path(e.path).read_text())
+            except (OSError, ValueError):
+                record = {}
+            out.append((Path(e.path), record if isinstance(record, dict) else {}))
+        return out
+
+    def strike(self, prefix: str, record: Mapping[str, Any]) -> bool:
+        """Count a slow hit of graph ``prefix``; True if that sets it aside, which also removes
+        its entries (no lookup will read them again).
+
+        The mark is written like an entry (temporary file, ``os.replace``); two processes
+        striking at once may count one strike, and failing to write only means the next process
+        tries the cache again: both err towards using the cache.
+        """
+        strikes = self.strikes(prefix) + 1
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=ASIDE_SUFFIX, dir=self.root)
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump({**record, "graph": prefix, "strikes": strikes, "when": time.time()}, f, sort_keys=True)
+                os.replace(tmp, self.aside_path(prefix))
+            except BaseException:
+                _unlink(Path(tmp))
+                raise
+        except OSError as e:
+            logger.warning("fxvino: could not write %s in %s: %s", ASIDE_SUFFIX, self.root, e)
+            return False
+        self._count("slow_hits")
+        if strikes < ASIDE_STRIKES:
+            return False
+        for path in self.with_prefix(prefix):
+            _unlink(path)  # a hit's mapping outlives its file: the model in memory keeps working
+        self._count("set_aside")
+        return True
+
+    def acquit(self, prefix: str) -> None:
+        """A hit of ``prefix`` paid off: earlier strikes (not yet a decision) are forgotten."""
+        if 0 < self.strikes(prefix) < ASIDE_STRIKES:
+            _unlink(self.aside_path(prefix))
+
+    def note_miss(self, key: str, when: float) -> None:
+        """Remember when ``key``'s lookup missed: ``store`` records the time to compile it."""
+        with self._lock:
+            self._missed.pop(key, None)
+            self._missed[key] = when
+            while len(self._missed) > _MAX_PENDING_MISSES:  # misses that never reached store
+                del self._missed[next(iter(self._missed))]
+
+    def pop_miss(self, key: str) -> float | None:
+        with self._lock:
+            return self._missed.pop(key, None)
 
     def _sweep_tmp(self, max_age: float = _STALE_TMP_SECONDS) -> None:
         now = time.time()
@@ -451,51 +760,99 @@ def reset_caches() -> None:
 # ---- the compiler's side --------------------------------------------------------------------
 
 
+def slower_than_compiling(hit_seconds: float, compile_seconds: float) -> bool:
+    """Whether a hit that took ``hit_seconds`` lost to compiling (``compile_seconds``) by more
+    than run-to-run noise (``ASIDE_MARGIN_*``)."""
+    margin = max(ASIDE_MARGIN_SECONDS, ASIDE_MARGIN_FRACTION * compile_seconds)
+    return hit_seconds > compile_seconds + margin
+
+
 def lookup(
     options: Any, sub: torch.fx.GraphModule, constants: Mapping[int, torch.Tensor]
 ) -> tuple[str | None, CachedPartition | None]:
-    """(key, hit) for a partition; (None, None) if no key can be made (logged, never raised).
+    """(key, hit) for a partition; (None, None) if no key can be made (logged, never raised) or
+    if its graph is set aside (compile it, do not store it).
 
-    Hashing the weights and checking a blob's crc32 are the two big costs of a hit (BERT-base:
-    ~0.3 s and ~0.15 s). The graph part of the key is known first, so the newest entry of
-    this architecture is verified on another thread while the weights are hashed; if the
-    weights say another entry, that check is cancelled.
+    A hit costs hashing the weights, checking the blob (skipped when stamped) and
+    ``import_model``. The graph part of the key is cheap and known first, so the newest entry of
+    this architecture is read and checked on another thread while the weights are hashed; when
+    it is the architecture's only entry it is also imported there at once (the likely hit; the
+    import is used only if the weights' key names that file). If the weights name another
+    entry, that work is cancelled or dropped.
+
+    The hit's whole cost (this function's wall time) is compared with the lowering + compile
+    time recorded in the entry: a hit that lost is a strike against its graph, a hit that paid
+    off clears them, and ``ASIDE_STRIKES`` in a row set the graph aside (``ModelCache.strike``):
+    later lookups of it return (None, None) before hashing anything.
     """
     from fxvino.cache_key import PREFIX_LEN, graph_key, make_key, weights_key
 
     cache = cache_for(options.cache_dir)
+    config = options.compile_config()
     t0 = time.perf_counter()
-    prefetched, cancel = None, threading.Event()
+    prefetched: Prefetch | None = None
     try:
         gkey = graph_key(sub, options)
-        candidate = cache.newest(gkey[:PREFIX_LEN])
-        if candidate is not None:
-            pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fxvino-verify")
-            prefetched = (candidate, pool.submit(cache.read, candidate, cancel))
-            pool.shutdown(wait=False)
+        prefix = gkey[:PREFIX_LEN]
+        if cache.is_aside(prefix):
+            cache._count("aside")
+            return None, None
+        candidates = cache.with_prefix(prefix)
+        if candidates:
+            prefetched = cache.prefetch(candidates[0], options.device, config, speculate=len(candidates) == 1)
         key = make_key(gkey, weights_key(sub, constants))
     except Exception as e:  # noqa: BLE001 - no key, no caching; the model still compiles
-        cancel.set()
+        if prefetched is not None:
+            prefetched.cancel()
         logger.warning("fxvino: no cache key for this partition (%s: %s); compiling without cache", type(e).__name__, e)
         return None, None
-    if prefetched is not None and prefetched[0] != cache.path(key):
-        cancel.set()
+    if prefetched is not None and prefetched.path != cache.path(key):
+        prefetched.cancel()
     t1 = time.perf_counter()
-    hit = cache.load(key, options.device, options.compile_config(), prefetched)
+    hit = cache.load(key, options.device, config, prefetched)
+    t2 = time.perf_counter()
     cache._count("key_seconds", t1 - t0)
-    cache._count("load_seconds", time.perf_counter() - t1)
+    cache._count("load_seconds", t2 - t1)
+    if hit is None:
+        cache.note_miss(key, t2)
+    elif hit.compile_seconds is not None and slower_than_compiling(t2 - t0, hit.compile_seconds):
+        figures = {
+            "hit_seconds": round(t2 - t0, 3),
+            "key_seconds": round(t1 - t0, 3),
+            "compile_seconds": round(hit.compile_seconds, 3),
+            "blob_bytes": int(hit.mapping.shape[0]),
+            "partition": hit.partition,
+        }
+        if cache.strike(prefix, figures):
+            logger.warning(
+                "fxvino: loading partition %s from the model cache took %.2f s (weights key %.2f s), compiling "
+                "it %.2f s, in %d processes in a row: its graph is compiled without the cache from now on "
+                "(%s; `fxvino cache clear` forgets this)",
+                hit.partition,
+                t2 - t0,
+                t1 - t0,
+                hit.compile_seconds,
+                ASIDE_STRIKES,
+                cache.aside_path(prefix).name,
+            )
+    elif hit.compile_seconds is not None:
+        cache.acquit(prefix)
     return key, hit
 
 
 def store(options: Any, key: str, compiled: ov.CompiledModel, lowered: Any, name: str) -> None:
     """Store a freshly compiled partition (never raises; a partition that cannot be stored is
-    only counted)."""
+    only counted). The entry records the lowering + compile seconds since ``lookup`` missed."""
     cache = cache_for(options.cache_dir)
+    t0 = time.perf_counter()
+    missed = cache.pop_miss(key)
     specs = specs_to_json(lowered.inputs, lowered.outputs, lowered.runtime_positions)
     if specs is None:
         logger.info("fxvino: partition %s returns a Python value JSON cannot hold exactly; not cached", name)
         cache._count("skipped")
         return
-    t0 = time.perf_counter()
-    cache.store(key, compiled, specs, options.cache_size, {"partition": name, "device": options.device})
+    info: dict[str, Any] = {"partition": name, "device": options.device}
+    if missed is not None:
+        info["compile_seconds"] = round(t0 - missed, 4)
+    cache.store(key, compiled, specs, options.cache_size, info)
     cache._count("store_seconds", time.perf_counter() - t0)

@@ -97,14 +97,16 @@ def _cache(args: argparse.Namespace) -> int:
     import datetime as dt
     from pathlib import Path
 
-    from fxvino.cache import ModelCache, format_size
+    from fxvino.cache import ASIDE_STRIKES, ModelCache, format_size
     from fxvino.options import default_cache_dir
 
     root = Path(args.dir).expanduser() if args.dir else default_cache_dir()
     cache = ModelCache(root)
     if args.action == "clear":
+        aside = sum(1 for _, r in cache.asides() if _strikes(r) >= ASIDE_STRIKES)
         n = cache.clear()
-        print(f"removed {n} entr{'y' if n == 1 else 'ies'} from {root}")
+        forgot = f"; forgot {aside} graph(s) set aside" if aside else ""
+        print(f"removed {n} entr{'y' if n == 1 else 'ies'} from {root}{forgot}")
         return 0
     info = cache.info()
     print(f"cache dir   {info['dir']}" + ("" if root.is_dir() else " (does not exist yet)"))
@@ -113,7 +115,25 @@ def _cache(args: argparse.Namespace) -> int:
     for label, stamp in (("last used", info["newest_use"]), ("oldest use", info["oldest_use"])):
         if stamp is not None:
             print(f"{label:11s} {dt.datetime.fromtimestamp(stamp).isoformat(timespec='seconds')}")
+    # Graphs whose hits cost more than compiling them: compiled without the cache (cache.lookup).
+    aside = [r for r in info["aside"] if _strikes(r) >= ASIDE_STRIKES]
+    print(f"set aside   {len(aside)} graph(s) (their hits cost more than compiling, {ASIDE_STRIKES} times in a row)")
+    for r in info["aside"]:
+        hit, key, comp = (r.get(k) for k in ("hit_seconds", "key_seconds", "compile_seconds"))
+        readable = all(isinstance(v, (int, float)) for v in (hit, key, comp))
+        figures = f"last hit {hit:.2f} s (weights key {key:.2f} s), compile {comp:.2f} s" if readable else "no figures"
+        state = "set aside" if _strikes(r) >= ASIDE_STRIKES else f"{_strikes(r)} slow hit(s) so far"
+        print(f"  {r.get('partition') or r.get('graph', '?')}: {state}; {figures}")
     return 0
+
+
+def _strikes(record: dict) -> int:
+    from fxvino.cache import ASIDE_STRIKES
+
+    try:
+        return int(record["strikes"])
+    except (KeyError, TypeError, ValueError):
+        return ASIDE_STRIKES  # as ModelCache.strikes: an unreadable mark stands
 
 
 def main(argv: list[str] | None = None) -> int:
