@@ -12,9 +12,14 @@ The random-weight UNet and VAE are made once from configs and saved with ``save_
 (under ``--cache``) so that every contender loads the same weights. Each measurement is a fresh
 process; rounds are interleaved (order reversed every other round); the table shows medians.
 ``fxvino_warm`` runs with ``model_caching`` after a priming process filled the cache: its first
-image is a warm start. bf16 means: eager and Inductor under CPU autocast, OpenVINO (wheel, native,
-fxvino) with ``INFERENCE_PRECISION_HINT=bf16``; without AMX/AVX512-BF16 OpenVINO computes in f32
-(the machine's ISA is recorded in the output).
+image is a warm start; its rows also show where the cache's time went (``cache`` in the JSON
+lines: weights key, blob check, import, and whether a graph was set aside because its hits cost
+more than compiling it). ``--profile PATH`` writes a cProfile of each
+worker's first image to ``PATH.<contender>.<precision>.prof``.
+
+bf16 means: eager and Inductor under CPU autocast, OpenVINO (wheel, native, fxvino) with
+``INFERENCE_PRECISION_HINT=bf16``; without AMX/AVX512-BF16 OpenVINO computes in f32 (the
+machine's ISA is recorded in the output).
 """
 
 from __future__ import annotations
@@ -108,6 +113,12 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         if p == "bf16" and c in ("eager", "inductor")
         else contextlib.nullcontext()
     )
+    profile = None
+    if args.profile:
+        import cProfile
+
+        profile = cProfile.Profile()
+        profile.enable()
     start = time.perf_counter()
     if c == "native":
         step_fn = _native(unet, (latents, t, text), p)
@@ -140,6 +151,9 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         step()
         decode()
         first = time.perf_counter() - start
+        if profile is not None:
+            profile.disable()
+            profile.dump_stats(f"{args.profile}.{c}.{p}.prof")
         times = []
         for _ in range(args.steps):
             t0 = time.perf_counter()
@@ -150,7 +164,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             t0 = time.perf_counter()
             decode()
             decodes.append(time.perf_counter() - t0)
-    return {
+    result = {
         "contender": c,
         "precision": p,
         "step_s": statistics.median(times),
@@ -158,12 +172,24 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "first_image_s": first,
         "peak_rss_mb": _peak_rss_mb(),
     }
+    if c == "fxvino_warm":
+        from fxvino.cache import cache_for
+
+        st = cache_for(Path(args.fxvino_cache)).stats
+        # getattr: the fields newer than the cache itself read 0 when measuring an older commit.
+        counts = ("hits", "stores", "aside", "set_aside", "crc_skipped")
+        result["cache"] = {k: getattr(st, k, 0) for k in counts}
+        seconds = ("key", "verify", "import", "load", "store")
+        result["cache"] |= {f"{k}_s": round(getattr(st, f"{k}_seconds", 0.0), 2) for k in seconds}
+    return result
 
 
 def _run(contender: str, precision: str, args: argparse.Namespace, checkpoint: Path, cache: str) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "benchmarks.diffusion", "--worker", "--contender", contender, "--precision",
            precision, "--checkpoint", str(checkpoint), "--latent", str(args.latent), "--steps", str(args.steps),
            "--threads", str(args.threads), "--fxvino-cache", cache]  # fmt: skip
+    if args.profile:
+        cmd += ["--profile", args.profile]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env={**os.environ}, timeout=args.timeout)
     for line in done.stdout.splitlines():
         if line.startswith(RESULT):
@@ -194,6 +220,22 @@ def _table(results: dict[tuple[str, str], list[dict]], contenders: list[str], pr
     return "\n".join(rows)
 
 
+def _cache_lines(results: dict[tuple[str, str], list[dict]]) -> str:
+    """Where the warm runs' cache time went, run by run (medians would hide a set-aside run)."""
+    lines = []
+    for (c, p), runs in results.items():
+        for r in runs:
+            if c == "fxvino_warm" and "cache" in r:
+                k = r["cache"]
+                lines.append(
+                    f"- fxvino_warm {p}: first image {r['first_image_s']:.1f} s; hits {k['hits']}, set aside "
+                    f"{k['aside']} (newly {k['set_aside']}), crc32 passes skipped {k['crc_skipped']}; weights key "
+                    f"{k['key_s']:.2f} s, blob check {k['verify_s']:.2f} s, import {k['import_s']:.2f} s "
+                    f"(check and import overlap the key when guessed), load after the key {k['load_s']:.2f} s"
+                )
+    return ("\n" + "\n".join(lines) + "\n") if lines else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", default="sd15", choices=["sd15", "tiny"])
@@ -206,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "fxvino-bench-diffusion"))
     parser.add_argument("--out", help="also write the table (markdown) here")
     parser.add_argument("--timeout", type=float, default=3600)
+    parser.add_argument("--profile", metavar="PATH", help="cProfile each worker's first image to PATH.<contender>...")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint", help=argparse.SUPPRESS)
     parser.add_argument("--fxvino-cache", help=argparse.SUPPRESS)
@@ -238,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.threads} threads, {args.rounds} rounds (medians). CPU: {info.get('cpu')}; ISA: {info.get('isa')}; "
         f"torch {info.get('torch')}, openvino {info.get('openvino')}, fxvino {info.get('fxvino_commit')}"
     )
-    text = head + "\n\n" + _table(results, contenders, precisions) + "\n"
+    text = head + "\n\n" + _table(results, contenders, precisions) + "\n" + _cache_lines(results)
     print(text)
     if args.out:
         Path(args.out).write_text(text)
