@@ -8,6 +8,7 @@ and no layer recomputes constants on every call.
 from __future__ import annotations
 
 import collections
+from pathlib import Path
 
 import pytest
 import torch
@@ -181,3 +182,61 @@ def test_graph_command_shows_int8_execution(capsys):
     fc = next(line for line in out.splitlines() if line.startswith("FullyConnected u8"))
     assert fc.split()[2:4] == ["3", "3"], out  # all three products in int8, for fxvino and native
     assert "FullyConnected f32" not in out
+
+
+def _amx() -> bool:
+    cpuinfo = Path("/proc/cpuinfo")
+    return cpuinfo.exists() and "amx_bf16" in cpuinfo.read_text()
+
+
+def test_linear_over_a_3d_input_is_one_product_without_reshapes():
+    """``nn.Linear`` on [B, S, K] arrives as view -> mm -> view; the product is taken on the 3-D
+    tensor, so the two views cancel and FullyConnected reads the input as it is."""
+    lin = torch.nn.Linear(64, 32).eval()
+    x = torch.randn(2, 5, 64)
+    hist, work, report = graph_quality.fxvino_runtime(lin, (x,))
+    assert_all_on_openvino(report)
+    assert hist["FullyConnected"] == 1
+    assert hist["Reshape"] == 0, dict(hist)
+    compiled = torch.compile(lin, backend="fxvino")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), lin(x), rtol=1e-5, atol=1e-5)
+        y = torch.randn(7, 64)  # a 2-D input keeps its plain product
+        torch.testing.assert_close(compiled(y), lin(y), rtol=1e-5, atol=1e-5)
+
+
+class _GatedMLP(torch.nn.Module):
+    """Llama's MLP: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, hidden: int = 256, inner: int = 512) -> None:
+        super().__init__()
+        self.gate = torch.nn.Linear(hidden, inner, bias=False)
+        self.up = torch.nn.Linear(hidden, inner, bias=False)
+        self.down = torch.nn.Linear(inner, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x))
+
+
+def test_bf16_gated_mlp_runs_as_one_llm_kernel():
+    """A bf16 model compiles with the plugin's bf16 inference precision (``plugin_config``), and
+    its gated MLP becomes one LLMMLP kernel where AMX has it: SiLU is a one-input Swish and the
+    products stay 3-D, the shapes the plugin's MLPFusion matches. The result is eager's to bf16
+    rounding; without AMX the MLP stays three FullyConnected layers."""
+    import openvino as ov
+
+    torch.manual_seed(0)
+    mlp = _GatedMLP().eval().to(torch.bfloat16)
+    x = torch.randn(1, 3, 256, dtype=torch.bfloat16)
+    hist, _, report = graph_quality.fxvino_runtime(mlp, (x,))
+    assert_all_on_openvino(report)
+    compiled = report.graphs[0].ov_partitions[0].compiled
+    assert compiled.get_property("INFERENCE_PRECISION_HINT") == ov.Type.bf16
+    if _amx():
+        assert hist["LLMMLP"] == 1 and hist["FullyConnected"] == 0, dict(hist)
+    else:
+        assert hist["FullyConnected"] == 3, dict(hist)
+    with torch.no_grad():
+        out, want = torch.compile(mlp, backend="fxvino")(x), mlp(x)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), want.float(), rtol=0.05, atol=0.05 * want.abs().max().item())

@@ -130,7 +130,10 @@ class Options:
         cfg: dict[str, Any] = {k: v for k, v in MODE_CONFIG[self.mode].items() if not known or k in known}
         cfg["INFERENCE_PRECISION_HINT"] = PRECISIONS[self.precision]
         if self.device == "CPU":  # the graph's wishes are CPU plugin properties, some unlisted
-            cfg.update(graph_config or {})
+            wishes = dict(graph_config or {})
+            if self.precision != "f32":  # an explicit bf16/f16 precision is the user's choice
+                wishes.pop("INFERENCE_PRECISION_HINT", None)
+            cfg.update(wishes)
         cfg.update(self.config)
         return cfg
 

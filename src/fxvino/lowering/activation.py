@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import openvino.opset16 as ops
 import torch
+from openvino.utils.node_factory import NodeFactory
 
 from fxvino.lowering import helpers as h
 from fxvino.lowering.registry import lowers
@@ -23,8 +24,10 @@ def gelu(ctx, node, x, approximate="none"):
 
 @lowers(aten.silu.default)
 def silu(ctx, node, x):
-    # Swish's default beta is an f32 constant, which f16/bf16 inputs reject: give it x's type.
-    return ops.swish(x, h.const(1.0, h.dtype_of(x))).output(0)
+    """Swish without a beta input (beta 1). The Python opset function always adds an f32 beta
+    constant, which f16/bf16 inputs reject, and a two-input Swish is not the shape the CPU
+    plugin's LLM fusions match (gate/up/down products and SiLU into one LLMMLP kernel on AMX)."""
+    return NodeFactory("opset4").create("Swish", [x], {}).output(0)
 
 
 @lowers(aten.hardswish.default)

@@ -21,7 +21,8 @@ import torch.fx
 
 from fxvino.graph_edit import fetch_attr
 from fxvino.lowering import helpers as h
-from fxvino.lowering import quantized, views
+from fxvino.lowering import views
+from fxvino.lowering.plugin_config import plugin_config
 from fxvino.lowering.registry import entry_for, op_name
 from fxvino.lowering.types import ov_type, real_dtype, to_numpy
 from fxvino.quantization.compressed import four_bit
@@ -171,7 +172,7 @@ def lower_graph(gm: torch.fx.GraphModule, constants: Mapping[int, torch.Tensor],
         params.append(ctx.seed)
         inputs.append(InputSpec("seed", -1))
     model = ov.Model(results, params, name)
-    return LoweredGraph(model, inputs, outputs, runtime_positions, counts, quantized.plugin_config(model))
+    return LoweredGraph(model, inputs, outputs, runtime_positions, counts, plugin_config(model))
 
 
 def _constant(t: torch.Tensor) -> ov.Output:

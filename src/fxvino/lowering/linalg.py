@@ -20,6 +20,32 @@ def _scaled(node, x, factor):
     return ops.multiply(x, h.const(factor, h.out_dtype(node))).output(0)
 
 
+def _unflattened(a: ov.Output) -> ov.Output | None:
+    """The N-d tensor (N >= 3) a 2-D ``a`` is a flattening of (``[..., K] -> [-1, K]``), or None.
+
+    ``nn.Linear`` reaches the graph as view -> mm -> view. Multiplying the N-d tensor directly
+    keeps the product N-d, so the two views cancel. That is the shape the CPU plugin's
+    transformer fusions match: on AMX, Llama's gate/up/down products and SiLU become one LLMMLP
+    kernel only over a rank-3 MatMul.
+    """
+    node = a.get_node()
+    if node.get_type_name() != "Reshape":
+        return None
+    src = node.input_value(0)
+    shape = src.get_partial_shape()
+    if shape.rank.is_dynamic or shape.rank.get_length() < 3:
+        return None
+    k = shape[shape.rank.get_length() - 1]
+    if k.is_dynamic or a.get_partial_shape()[1].is_dynamic or k.get_length() != a.get_partial_shape()[1].get_length():
+        return None
+    return src
+
+
+def _as_2d(prod: ov.Output, n: int) -> ov.Output:
+    """An N-d product (from :func:`_unflattened`) as the 2-D result ``mm`` promises."""
+    return prod if h.rank(prod) == 2 else h.reshape(prod, [-1, n])
+
+
 def _matmul(a: ov.Output, b: ov.Output) -> ov.Output:
     """``a @ b``, with a constant 2-D ``b`` stored the way FullyConnected reads it.
 
@@ -29,6 +55,8 @@ def _matmul(a: ov.Output, b: ov.Output) -> ov.Output:
     Transposing the data once here, with ``transpose_b``, hands it the weights it wants.
     """
     node = b.get_node()
+    if h.rank(a) == 2 and h.rank(b) == 2 and h.static_shape(b)[1] is not None:
+        a = _unflattened(a) or a
     if node.get_type_name() == "Constant" and h.rank(b) == 2:
         data = node.get_data().T  # a view of the constant's bytes (bf16 shows as float16 bits)
         owned = ov.Tensor(b.get_element_type(), ov.Shape(list(data.shape)))  # Constant will not copy
@@ -60,7 +88,10 @@ def _zeros_if_empty(node: torch.fx.Node, a: ov.Output, b: ov.Output) -> ov.Outpu
 def mm(ctx, node, a, b):
     a, b = h.to_out(node, a, b)
     empty = _zeros_if_empty(node, a, b)
-    return empty if empty is not None else _matmul(a, b)
+    if empty is not None:
+        return empty
+    prod = _matmul(a, b)
+    return prod if h.rank(a) != 2 else _as_2d(prod, h.static_shape(b)[-1])
 
 
 @lowers(aten.addmm.default, aten.baddbmm.default)
@@ -70,9 +101,13 @@ def addmm(ctx, node, bias, a, b, *, beta=1, alpha=1):
     if empty is not None and 0 in h.static_shape(empty):
         return empty
     prod = empty if empty is not None else _scaled(node, _matmul(a, b), alpha)
-    if beta == 0:
-        return prod
-    return ops.add(prod, _scaled(node, bias, beta)).output(0)
+    n = h.static_shape(b)[-1]
+    if beta != 0:  # a row bias joins an N-d product before it is flattened: FullyConnected takes both
+        bias = _scaled(node, bias, beta)
+        if h.rank(prod) > 2 and h.rank(bias) == 2 and h.static_shape(bias)[0] != 1:
+            prod = _as_2d(prod, n)  # a full [M, N] bias adds to the 2-D product
+        prod = ops.add(prod, bias).output(0)
+    return prod if h.rank(a) != 2 else _as_2d(prod, n)
 
 
 @lowers(aten.dot.default, aten.vdot.default)

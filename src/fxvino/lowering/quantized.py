@@ -14,7 +14,6 @@ half-way between two levels can land one level (one ``scale``) apart from eager.
 
 from __future__ import annotations
 
-import openvino as ov
 import openvino.opset16 as ops
 import torch
 
@@ -121,32 +120,3 @@ def dequantize_per_channel(ctx, node, q, scales, zero_points, axis, quant_min, q
     axis = axis % rank
     scales, zero_points = _per_channel(scales, axis, rank), _per_channel(zero_points, axis, rank)
     return _dequantize(q, scales, zero_points, out_dtype or torch.float32)
-
-
-def _source_type(op: ov.Node, i: int) -> str:
-    return op.input_value(i).get_node().get_type_name()
-
-
-def _convolution_output(op: ov.Node) -> bool:
-    """A Convolution's output, or its bias Add's."""
-    kind = op.get_type_name()
-    return kind == "Convolution" or (kind == "Add" and _source_type(op, 0) == "Convolution")
-
-
-def plugin_config(model: ov.Model) -> dict[str, str]:
-    """CPU plugin properties this lowered model runs faster with.
-
-    A quantized residual block ends in ``Add(convolution, FakeQuantize(shortcut))`` followed by a
-    FakeQuantize. With static shapes the plugin's snippets tokenizer takes that Add and
-    FakeQuantize into an f32 Subgraph before the convolution can absorb them as post-ops (sum,
-    then quantize), and each block then writes and re-reads a float tensor: ResNet-50 PT2E int8
-    at batch 8 took 28.0 ms instead of 20.0. Native conversion only escapes it through dynamic
-    shapes. Snippets only fuse elementwise chains in such a graph, so turn them off for it.
-    """
-    for op in model.get_ordered_ops():
-        if op.get_type_name() != "Add" or op.get_input_size() != 2:
-            continue
-        kinds = {_source_type(op, 0), _source_type(op, 1)}
-        if "FakeQuantize" in kinds and any(_convolution_output(op.input_value(i).get_node()) for i in range(2)):
-            return {"SNIPPETS_MODE": "DISABLE"}
-    return {}
