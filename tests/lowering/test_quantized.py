@@ -218,6 +218,26 @@ def test_quantized_residual_adds_fuse_into_convolutions():
     assert (out - expected).abs().max() <= 0.05 * expected.abs().max()
 
 
+def test_pt2e_resnet50_runs_every_convolution_in_int8_as_native_does():
+    """The stock x86 quantizer on our ResNet-50 (after ``ready_for_quantizer``): all 53
+    convolutions and the classifier run with int8 inputs, every residual Add is fused into a
+    convolution (no Subgraph layers, as in native conversion), and the output stays within a few
+    quantization steps of the PT2E model run eagerly."""
+    from fxvino import graph_quality, zoo
+
+    model, _ = zoo.comparable("resnet50")
+    x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    quantized = graph_quality.pt2e_int8(model, (x,), fold_quantize=True)
+    expected = quantized(x)
+    hist, _, report = graph_quality.fxvino_runtime(quantized, (x,), precisions=True)
+    assert_all_on_openvino(report)
+    convolutions = {k: v for k, v in hist.items() if k.startswith("Convolution")}
+    assert sum(convolutions.values()) == 53 and set(convolutions) <= {"Convolution u8", "Convolution i8"}, convolutions
+    assert not [k for k in hist if k.startswith("Subgraph")], dict(hist)
+    out, _ = run_fxvino(quantized, x)
+    assert (out - expected).abs().max() <= 0.05 * expected.abs().max()
+
+
 def test_torchao_int8_weight_only_freezes_the_int8_weights():
     """torchao's weight-only int8 (a tensor subclass) reaches the graph as int8 data and scales;
     those inner tensors are frozen into OpenVINO constants like plain weights, and the products
