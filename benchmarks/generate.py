@@ -35,6 +35,7 @@ RESULT = "GENERATE-RESULT "
 CONTENDERS = (
     "eager",
     "inductor",
+    "inductor_autocast",  # f32 weights, Inductor+freezing, generate() under autocast to the precision
     "openvino",
     "optimum",
     "fxvino",
@@ -86,7 +87,7 @@ def _load(contender: str, path: Path, precision: str):
     """The model of one contender, ready for generate()."""
     import torch
 
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    dtype = torch.bfloat16 if precision == "bf16" and contender != "inductor_autocast" else torch.float32
     if contender.startswith("optimum"):
         from optimum.intel import OVModelForCausalLM
 
@@ -101,7 +102,7 @@ def _load(contender: str, path: Path, precision: str):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
-    if contender == "inductor":
+    if contender.startswith("inductor"):
         import torch._inductor.config as inductor_config
 
         inductor_config.freezing = True
@@ -147,8 +148,9 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         kwargs = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
         if args.worker == "fxvino_static":  # a StaticCache, updated in place by the compiled graph
             kwargs["cache_implementation"] = "static"
+        autocast = args.worker == "inductor_autocast" and args.precision == "bf16"
         start = time.perf_counter()
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             out = model.generate(prompt, attention_mask=mask, **kwargs)
         return time.perf_counter() - start, out
 
@@ -241,7 +243,7 @@ def _ratios(results: dict, precisions: list[str]) -> list[str]:
     out = []
     for precision in precisions:
         fx = [r for r in results.get(("fxvino", precision), []) if "error" not in r]
-        for other in ("eager", "inductor", "openvino", "optimum"):
+        for other in ("eager", "inductor", "inductor_autocast", "openvino", "optimum"):
             ref = [r for r in results.get((other, precision), []) if "error" not in r]
             if fx and ref:
                 d = _median(fx, "decode_ms") / _median(ref, "decode_ms")
