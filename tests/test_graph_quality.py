@@ -240,3 +240,19 @@ def test_bf16_gated_mlp_runs_as_one_llm_kernel():
         out, want = torch.compile(mlp, backend="fxvino")(x), mlp(x)
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.float(), want.float(), rtol=0.05, atol=0.05 * want.abs().max().item())
+
+
+def test_autocast_without_a_gated_mlp_keeps_the_f32_precision():
+    """Only a bf16 graph with a gated MLP asks for the bf16 inference precision: under autocast a
+    linear/layer-norm model keeps f32, so the layer norm PyTorch computes in f32 stays f32."""
+    import openvino as ov
+
+    from fxvino.report import collect_reports
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.LayerNorm(64), torch.nn.Linear(64, 8)).eval()
+    compiled_fn = torch.compile(model, backend="fxvino")
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), collect_reports() as report:
+        compiled_fn(torch.randn(4, 64))
+    assert_all_on_openvino(report)
+    compiled = report.graphs[0].ov_partitions[0].compiled
+    assert compiled.get_property("INFERENCE_PRECISION_HINT") == ov.Type.f32
