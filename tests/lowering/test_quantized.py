@@ -31,15 +31,21 @@ class _Net(torch.nn.Module):
         return self.fc(x.mean((2, 3)))
 
 
-def _pt2e(fold: bool) -> tuple[torch.fx.GraphModule, torch.Tensor]:
-    """A CNN quantized with the stock x86 quantizer (static int8, calibrated on 4 batches)."""
-    torch.manual_seed(0)
-    model, x = _Net().eval(), torch.randn(2, 3, 16, 16)
+def _x86_static_int8(model: torch.nn.Module, x: torch.Tensor, fold: bool) -> torch.fx.GraphModule:
+    """``model`` quantized with the stock x86 quantizer (static int8, calibrated on 4 random
+    batches shaped like ``x``)."""
     quantizer = x86.X86InductorQuantizer().set_global(x86.get_default_x86_inductor_quantization_config())
     prepared = pt2e.prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
     for _ in range(4):
-        prepared(torch.randn(2, 3, 16, 16))
-    return pt2e.convert_pt2e(prepared, fold_quantize=fold), x
+        prepared(torch.randn_like(x))
+    return pt2e.convert_pt2e(prepared, fold_quantize=fold)
+
+
+def _pt2e(fold: bool) -> tuple[torch.fx.GraphModule, torch.Tensor]:
+    """A small CNN quantized with the stock x86 quantizer."""
+    torch.manual_seed(0)
+    model, x = _Net().eval(), torch.randn(2, 3, 16, 16)
+    return _x86_static_int8(model, x, fold), x
 
 
 def _runtime_precisions(report, layer_types: tuple[str, ...]) -> set[str]:
@@ -195,15 +201,11 @@ def test_quantized_residual_adds_fuse_into_convolutions():
     """A quantized residual block's Add and requantization run as post-ops of its last convolution
     (as in native conversion), not as a separate float Subgraph: the plugin's snippets tokenizer
     takes them first with static shapes, so fxvino turns snippets off for such graphs
-    (``quantized.plugin_config``; ResNet-50 int8 batch 8: 28.0 -> 20.0 ms). A user's own
+    (``lowering/plugin_config.py``; ResNet-50 int8 batch 8: 28.0 -> 20.0 ms). A user's own
     ``SNIPPETS_MODE`` still wins, which shows the Subgraph the setting avoids."""
     torch.manual_seed(0)
     model, x = _Bottlenecks().eval(), torch.randn(2, 32, 14, 14)
-    quantizer = x86.X86InductorQuantizer().set_global(x86.get_default_x86_inductor_quantization_config())
-    prepared = pt2e.prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
-    for _ in range(4):
-        prepared(torch.randn(2, 32, 14, 14))
-    quantized = pt2e.convert_pt2e(prepared, fold_quantize=True)
+    quantized = _x86_static_int8(model, x, fold=True)
     expected = quantized(x)
 
     out, report = run_fxvino(quantized, x)
