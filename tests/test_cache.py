@@ -517,3 +517,25 @@ def test_a_hit_that_pays_off_clears_an_earlier_strike(tmp_path, monkeypatch):
         _run(model, x, tmp_path)
     st = _stats(tmp_path)
     assert (st.hits, st.set_aside) == (1, 0) and len(_entries(tmp_path)) == 1
+
+
+def test_weights_are_fingerprinted_with_blake3_whatever_the_threading():
+    """The key's weights part is BLAKE3 (cryptographic, 256 bits) of dtype, shape and bytes, and
+    does not depend on how the work was split between threads."""
+    import blake3
+
+    from fxvino import cache_key
+
+    torch.manual_seed(0)
+    big = torch.randn(17 << 20)  # 68 MB: hashed with BLAKE3's own threads when alone
+    small = [torch.randn(1000, 1000), torch.randn(3, 5).t()]  # non-contiguous: hashed in C order
+
+    def expected(t):
+        h = blake3.blake3(f"{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.contiguous().numpy().tobytes())
+        return h.hexdigest()
+
+    assert cache_key.fingerprint_tensors([big]) == [expected(big)]
+    assert cache_key.fingerprint_tensors([big, *small]) == [expected(t) for t in (big, *small)]  # two threads
+    assert cache_key.fingerprint_tensors(small) == [expected(t) for t in small]  # one thread
+    assert cache_key._versions()["weights_hash"] == "blake3", "the hash is part of the key"
