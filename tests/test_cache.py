@@ -426,34 +426,6 @@ def test_entries_record_their_compile_time_and_hits_report_theirs(tmp_path):
     assert st.hits == 1 and st.import_seconds > 0 and st.verify_seconds > 0
 
 
-def test_the_likely_entry_is_imported_while_the_weights_are_hashed(tmp_path, monkeypatch):
-    """With one entry for the architecture, it is imported on the prefetch thread; if the
-    weights say another key, that import is dropped and never served."""
-    threads: list[str] = []
-    real = ModelCache._import
-
-    def recording(self, blob, device, config):
-        import threading
-
-        threads.append(threading.current_thread().name)
-        return real(self, blob, device, config)
-
-    monkeypatch.setattr(ModelCache, "_import", recording)
-    x = torch.randn(4, 16)
-    a, b = _mlp(seed=0), _mlp(seed=1)
-    _run(a, x, tmp_path)
-    _run(a, x, tmp_path)
-    assert _stats(tmp_path).hits == 1
-    assert len(threads) == 1 and threads[0].startswith("fxvino-prefetch"), threads
-    out_b, _ = _run(b, x, tmp_path)  # same architecture, other weights: a's entry is the guess
-    assert _stats(tmp_path).hits == 0
-    with torch.no_grad():
-        torch.testing.assert_close(out_b, b(x))
-    threads.clear()
-    _run(a, x, tmp_path)  # two entries now: no guess, the weights' key decides what is imported
-    assert _stats(tmp_path).hits == 1 and threads == ["MainThread"]
-
-
 @pytest.mark.parametrize(
     "hit, compiled, aside",
     [(31.5, 9.8, True), (10.5, 9.8, False), (0.4, 0.01, False), (0.02, 0.5, False), (2.0, 1.0, True)],

@@ -276,18 +276,16 @@ class EntryRead:
 
 
 class Prefetch:
-    """An entry read (and perhaps imported) on another thread while the weights are hashed."""
+    """An entry read and checked on another thread while the weights are hashed."""
 
     def __init__(self, path: Path, future: concurrent.futures.Future, cancel: threading.Event):
         self.path, self.future, self._cancel = path, future, cancel
 
     def cancel(self) -> None:
-        """Not needed: stop the read, and do not start an import (one already running finishes
-        on its own thread and is dropped)."""
+        """Not needed after all: stop the read (its crc32 pass stops at the next chunk)."""
         self._cancel.set()
 
-    def result(self) -> tuple[EntryRead, Any]:
-        """(read, imported model, an import error, or None if no import was attempted)."""
+    def result(self) -> EntryRead:
         return self.future.result()
 
 
@@ -321,10 +319,9 @@ class ModelCache:
         it is this key's path.
         """
         path = self.path(key)
-        compiled: Any = None
         try:
             if prefetched is not None and prefetched.path == path:
-                got, compiled = prefetched.result()
+                got = prefetched.result()
             else:
                 t = time.perf_counter()
                 got = self.read(path)
@@ -343,10 +340,7 @@ class ModelCache:
             return None
         try:
             inputs, outputs, positions = specs_from_json(got.meta)
-            if isinstance(compiled, Exception):
-                raise compiled
-            if compiled is None:
-                compiled = self._import(got.blob, device, config)
+            compiled = self._import(got.blob, device, config)
         except Exception as e:  # noqa: BLE001 - a blob OpenVINO rejects is rebuilt, never fatal
             self._discard(path, f"{type(e).__name__}: {e}")
             return None
@@ -359,25 +353,20 @@ class ModelCache:
         name = str(got.meta.get("partition", ""))
         return CachedPartition(compiled, inputs, outputs, positions, got.blob, spent, name)
 
-    def prefetch(self, path: Path, device: str, config: Mapping[str, Any], speculate: bool) -> Prefetch:
-        """Read and check ``path`` on another thread; with ``speculate``, import it right after.
+    def prefetch(self, path: Path) -> Prefetch:
+        """Read and check ``path`` on another thread (``load`` uses it if the key names it).
 
-        The import reads only a checked blob, and its model is used only if the finished key
-        names this very file (``load``): a guess can waste work, never serve another entry.
+        Importing it there too, before the key is known, was measured and dropped: on the SD
+        1.5 UNet the import and the BLAKE3 hash slowed each other down (weights key 0.77 ->
+        1.2 s, import 2.3 -> 3.1 s) for no gain in the first image.
         """
         cancel = threading.Event()
-        config = dict(config)
 
-        def work() -> tuple[EntryRead, Any]:
+        def work() -> EntryRead:
             t = time.perf_counter()
             got = self.read(path, cancel)
             self._count("verify_seconds", time.perf_counter() - t)
-            if not speculate or cancel.is_set():
-                return got, None
-            try:
-                return got, self._import(got.blob, device, config)
-            except Exception as e:  # noqa: BLE001 - reported by load() if this entry is wanted
-                return got, e
+            return got
 
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fxvino-prefetch")
         future = pool.submit(work)
@@ -775,10 +764,8 @@ def lookup(
 
     A hit costs hashing the weights, checking the blob (skipped when stamped) and
     ``import_model``. The graph part of the key is cheap and known first, so the newest entry of
-    this architecture is read and checked on another thread while the weights are hashed; when
-    it is the architecture's only entry it is also imported there at once (the likely hit; the
-    import is used only if the weights' key names that file). If the weights name another
-    entry, that work is cancelled or dropped.
+    this architecture is read and checked on another thread while the weights are hashed; if
+    the weights name another entry, that check is cancelled.
 
     The hit's whole cost (this function's wall time) is compared with the lowering + compile
     time recorded in the entry: a hit that lost is a strike against its graph, a hit that paid
@@ -799,7 +786,7 @@ def lookup(
             return None, None
         candidates = cache.with_prefix(prefix)
         if candidates:
-            prefetched = cache.prefetch(candidates[0], options.device, config, speculate=len(candidates) == 1)
+            prefetched = cache.prefetch(candidates[0])
         key = make_key(gkey, weights_key(sub, constants))
     except Exception as e:  # noqa: BLE001 - no key, no caching; the model still compiles
         if prefetched is not None:
