@@ -172,12 +172,23 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "first_image_s": first,
         "peak_rss_mb": _peak_rss_mb(),
     }
+    # Whole-process CPU and faults: a first image whose system time or major faults jump was
+    # reclaiming memory or reading from disk (the page cache did not hold the weights or blob).
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    result["rusage"] = {
+        "user_s": round(ru.ru_utime, 1),
+        "sys_s": round(ru.ru_stime, 1),
+        "major_faults": ru.ru_majflt,
+        "minor_faults": ru.ru_minflt,
+    }
     if c == "fxvino_warm":
         from fxvino.cache import cache_for
 
         st = cache_for(Path(args.fxvino_cache)).stats
         # getattr: the fields newer than the cache itself read 0 when measuring an older commit.
-        counts = ("hits", "stores", "aside", "set_aside", "crc_skipped")
+        counts = ("hits", "stores", "aside", "slow_hits", "set_aside", "crc_skipped")
         result["cache"] = {k: getattr(st, k, 0) for k in counts}
         seconds = ("key", "verify", "import", "load", "store")
         result["cache"] |= {f"{k}_s": round(getattr(st, f"{k}_seconds", 0.0), 2) for k in seconds}
@@ -231,7 +242,7 @@ def _cache_lines(results: dict[tuple[str, str], list[dict]]) -> str:
                     f"- fxvino_warm {p}: first image {r['first_image_s']:.1f} s; hits {k['hits']}, set aside "
                     f"{k['aside']} (newly {k['set_aside']}), crc32 passes skipped {k['crc_skipped']}; weights key "
                     f"{k['key_s']:.2f} s, blob check {k['verify_s']:.2f} s, import {k['import_s']:.2f} s "
-                    f"(check and import overlap the key when guessed), load after the key {k['load_s']:.2f} s"
+                    f"load after the key {k['load_s']:.2f} s"
                 )
     return ("\n" + "\n".join(lines) + "\n") if lines else ""
 
