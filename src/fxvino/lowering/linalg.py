@@ -32,13 +32,10 @@ def _unflattened(a: ov.Output) -> ov.Output | None:
     if node.get_type_name() != "Reshape":
         return None
     src = node.input_value(0)
-    shape = src.get_partial_shape()
-    if shape.rank.is_dynamic or shape.rank.get_length() < 3:
+    if src.get_partial_shape().rank.is_dynamic or h.rank(src) < 3:
         return None
-    k = shape[shape.rank.get_length() - 1]
-    if k.is_dynamic or a.get_partial_shape()[1].is_dynamic or k.get_length() != a.get_partial_shape()[1].get_length():
-        return None
-    return src
+    k = h.static_shape(src)[-1]
+    return src if k is not None and k == h.static_shape(a)[1] else None
 
 
 def _as_2d(prod: ov.Output, n: int) -> ov.Output:
