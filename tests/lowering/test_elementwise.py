@@ -84,10 +84,12 @@ def test_erfc():
     assert report.ov_ops["aten.erfc.default"] == 1
 
 
+@pytest.mark.parametrize("shape", [(64,), (2, 40, 16)], ids=["one-row", "80-rows"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-def test_silu_in_low_precision(dtype):
-    """Swish's default beta is f32: an f16/bf16 input failed to lower before beta took its type."""
-    x = torch.randn(64).to(dtype)
+def test_silu_in_low_precision(dtype, shape):
+    """Swish's default beta is f32: an f16/bf16 input failed to lower before beta took its type.
+    Both Swish forms (one input for a few rows, an explicit beta for many) are eager's SiLU."""
+    x = torch.randn(shape).to(dtype)
     out, report = run_fxvino(torch.nn.functional.silu, x)
     torch.testing.assert_close(out, torch.nn.functional.silu(x))
     assert_all_on_openvino(report)
