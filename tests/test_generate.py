@@ -184,6 +184,7 @@ def test_weight_only_quantized_generation(bits):
         op.inputs()[1].get_element_type().get_type_name()
         for graph in report.graphs
         for part in graph.ov_partitions
+        if part.compiled is not None  # the first decode step's graph is released (superseded.py)
         for op in part.compiled.get_runtime_model().get_ordered_ops()
         if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"
     }
@@ -218,3 +219,32 @@ def test_nncf_int4_compressed_model_generates():
         if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"
     ]
     assert weights and set(weights) <= {"i4", "u8"} and weights.count("i4") > weights.count("u8"), weights
+
+
+def test_superseded_static_graphs_release_their_weights():
+    """The first decode step's graph (cache length = prompt length) is never called again once the
+    decode graph with a dynamic cache length exists: it frees its compiled models, and so does the
+    first prompt's prefill once a second prompt length compiled a dynamic one. Tokens stay eager's,
+    and later generations compile nothing, so nothing released is ever needed again."""
+    import gc
+
+    model = _decoder("llama")
+    vocab = model.config.vocab_size
+    prompts = [_prompt(12, vocab), _prompt(12, vocab, seed=1), _prompt(20, vocab, seed=2), _prompt(12, vocab)]
+    expected = [_generate(model, p, 16) for p in prompts]
+    model.forward = torch.compile(model.forward, backend="fxvino")
+    with fxvino.collect_reports() as report:
+        for i, (p, want) in enumerate(zip(prompts, expected, strict=True)):
+            assert torch.equal(_generate(model, p, 16), want), i
+            if i == 1:
+                assert len(report.graphs) == 3, str(report)  # prefill, decode static, decode dynamic
+    gc.collect()
+    prefill, first_step, decode, prefill_dynamic = report.graphs
+    assert len(report.graphs) == 4, str(report)
+    assert first_step.released == f"superseded by graph {decode.name}", str(report)
+    assert prefill.released == f"superseded by graph {prefill_dynamic.name}", str(report)
+    assert decode.released is None and prefill_dynamic.released is None
+    for graph in report.graphs:
+        alive = [p.compiled is not None for p in graph.ov_partitions]
+        assert alive and all(alive) == (graph.released is None), graph.summary()
+    assert "released: superseded by graph" in str(report)

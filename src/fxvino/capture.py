@@ -14,6 +14,7 @@ import gc
 import itertools
 import logging
 import operator
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -25,7 +26,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
-from fxvino import input_writes, isolation, specialize, training
+from fxvino import input_writes, isolation, specialize, superseded, training
 from fxvino.decompositions import DECOMPOSITIONS
 from fxvino.graph_edit import KEEP_UNFOLDED, aot_metadata, placeholders_to_attrs
 from fxvino.lowering.convert import fetch_attr
@@ -232,6 +233,9 @@ def _compile_aten(
     mutated = input_writes.updated_inputs(gm) if kind == "inference" else []
     report.frozen_inputs = len(frozen)
     live = [i for i in range(len(example_inputs)) if i not in frozen]
+    family = superseded.family(gm, frozen, report.name) if kind == "inference" else None
+    if family is not None:  # before compiling: what older graphs free is then there for this one
+        superseded.release_superseded(family, tuple(frozen.values()))
     try:
         # Work on a copy of the graph: if anything fails half-way, ``gm`` is still intact.
         work = _LazyGraphModule(gm, copy.deepcopy(gm.graph))  # code is generated only if run
@@ -247,11 +251,14 @@ def _compile_aten(
     else:
         weights = _FrozenWeights(
             frozen,
-            _graph_forward(runner),
+            runner,
+            report,
             live,
             functools.partial(_compile_unfrozen, gm, options, next_id, report.name, mutated),
             functools.partial(_refreeze, gm, options, next_id, frozen, report.name, mutated),
         )
+        if family is not None:
+            superseded.register(family, weights)
         boxed, unboxed = weights.boxed(), weights.unboxed()
     if direct is not None and kind == "inference" and _runtime_wrappers_idle(example_inputs):
         direct.append((unboxed, len(example_inputs)))
@@ -306,20 +313,27 @@ class _FrozenWeights:
     over the tensors (tens of ns per tensor, once per graph call). Weights that keep changing (eval
     calls between training steps) stop being refrozen after ``REFREEZE_LIMIT`` compiles: the graph
     then takes them as inputs, one compile that is current whatever they become.
+
+    Released (a dynamic recompile of the same code superseded it: superseded.py), the graph
+    frees its compiled models and compiles again only if it is called again.
     """
 
     def __init__(
         self,
         frozen: dict[int, torch.Tensor],
-        forward: Callable,
+        runner: torch.fx.GraphModule,
+        report: GraphReport,
         live: list[int],
         compile_unfrozen: Callable[[], Callable],
-        refreeze: Callable[[], Callable | None],
+        refreeze: Callable[..., torch.fx.GraphModule | None],
     ) -> None:
         self.positions = tuple(frozen)
         self.tensors = tuple(frozen.values())
-        self.forward = forward
+        self.runner: torch.fx.GraphModule | None = runner
+        self.forward = _graph_forward(runner)
+        self.report = report
         self.live = live
+        self._lock = threading.Lock()
         self.stamp = _weights_stamp(self.tensors)
         self._compile_unfrozen = compile_unfrozen
         self._refreeze = refreeze
@@ -343,12 +357,38 @@ class _FrozenWeights:
                         "fxvino: frozen weights changed %d times; this graph now takes them as inputs", self.refreezes
                     )
                 return self.unfrozen()(*args)
-            forward = self._refreeze()
-            if forward is None:  # could not compile again: weights as inputs are always current
+            runner = self._refreeze()
+            if runner is None:  # could not compile again: weights as inputs are always current
                 return self.unfrozen()(*args)
-            self.forward, self.stamp = forward, stamp
+            self.runner, self.forward, self.stamp = runner, _graph_forward(runner), stamp
             self.refreezes += 1
         return self.forward(*[args[i] for i in self.live])
+
+    def release(self, why: str) -> None:
+        """Free the compiled models now; the next call, if any, compiles the graph again."""
+        with self._lock:
+            runner, self.runner = self.runner, None
+            self.forward = self._compile_again
+            self.report.released = why
+        superseded.close(runner)
+
+    def _compile_again(self, *live_args: Any) -> Any:
+        with self._lock:
+            if self.runner is None:
+                runner = self._refreeze(why="it was released after a dynamic recompile, and is called again")
+                if runner is None:
+                    self.forward = self._weights_as_inputs
+                else:
+                    self.runner, self.forward = runner, _graph_forward(runner)
+        return self.forward(*live_args)
+
+    def _weights_as_inputs(self, *live_args: Any) -> Any:
+        args: list[Any] = [None] * (len(self.positions) + len(self.live))
+        for i, t in zip(self.positions, self.tensors, strict=True):
+            args[i] = t
+        for i, a in zip(self.live, live_args, strict=True):
+            args[i] = a
+        return self.unfrozen()(*args)
 
     def boxed(self) -> Callable:
         positions, tensors, same = self.positions, self.tensors, operator.is_
@@ -379,11 +419,12 @@ def _refreeze(
     frozen: dict[int, torch.Tensor],
     name: str,
     mutated: Sequence[str | None] = (),
-) -> Callable | None:
+    why: str = "its frozen weights changed in place",
+) -> torch.fx.GraphModule | None:
     """``gm`` compiled again with the current values of its frozen weights (see :class:`_FrozenWeights`)."""
     report = GraphReport(next_id(), "inference")
     report.frozen_inputs = len(frozen)
-    logger.info("fxvino: frozen weights of graph %s changed in place; compiling it again as %s", name, report.name)
+    logger.info("fxvino: graph %s: %s; compiling it again as %s", name, why, report.name)
     try:
         work = _LazyGraphModule(gm, copy.deepcopy(gm.graph))
         with _gc_paused(), torch.no_grad(), _outside_callers_modes():
@@ -393,7 +434,7 @@ def _refreeze(
         logger.warning("fxvino: compiling graph %s again failed (%s); running it with weights as inputs", name, e)
         return None
     publish(report)
-    return _graph_forward(runner)
+    return runner
 
 
 def _compile_unfrozen(

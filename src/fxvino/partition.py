@@ -56,7 +56,10 @@ def partition_and_compile(gm: torch.fx.GraphModule, options: Options, report: Gr
     calls = [n for n in gm.graph.nodes if n.op == "call_function"]
     reasons = {n: decline_reason(n, options.disabled_ops) for n in calls}
     report.num_nodes = len(calls)
-    return _split_and_compile(gm, reasons, _Job(options, report), report.name)
+    job = _Job(options, report)
+    runner = _split_and_compile(gm, reasons, job, report.name)
+    runner.meta["fxvino_partitions"] = job.partitions  # what releasing the graph frees (superseded.py)
+    return runner
 
 
 @dataclasses.dataclass
@@ -67,6 +70,7 @@ class _Job:
     report: GraphReport
     isolations: int = 0
     device_ok: bool | None = None  # whether the device compiles anything (asked once, lazily)
+    partitions: list[CompiledPartition] = dataclasses.field(default_factory=list)
 
     def device_compiles(self) -> bool:
         if self.device_ok is None:
@@ -272,6 +276,7 @@ def _compile_partition(
     )
     if hit is not None:
         partition.mapping = hit.mapping  # the imported model reads the mapped file: keep it open
+    job.partitions.append(partition)
     runtime_args = [node.args[i] for i in lowered.runtime_positions]
     guarded = _GuardedPartition(partition, sub, constants, lowered.runtime_positions, name, job)
     _install(parent, node, guarded, single, runtime_args)

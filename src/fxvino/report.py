@@ -72,6 +72,8 @@ class GraphReport:
     folded_nodes: int = 0  # ops evaluated once at compile time (their inputs were all constants)
     # What OpenVINO does differently from PyTorch's arithmetic on purpose (not a fallback).
     notes: list[str] = dataclasses.field(default_factory=list)
+    # Why the compiled models were freed (a dynamic recompile superseded the graph), if they were.
+    released: str | None = None
 
     @property
     def ov_partitions(self) -> list[PartitionReport]:
@@ -112,6 +114,8 @@ class GraphReport:
         if self.folded_nodes:
             lines.append(f"  {self.folded_nodes} ops on constants only evaluated once at compile time")
         lines.extend(f"  note: {n}" for n in self.notes)
+        if self.released:
+            lines.append(f"  released: {self.released} (compiled again if it is called again)")
         if self.torch_ops:
             lines.append("  in PyTorch: " + ", ".join(f"{op} x{n}" for op, n in self.torch_ops.most_common()))
         for fb in self.fallbacks:

@@ -136,6 +136,19 @@ class CompiledPartition:
         self._pool: queue.SimpleQueue[_Request] = queue.SimpleQueue()
         self._loans = threading.Lock()
         self._on_loan = 0  # requests out of the pool because callers hold their outputs
+        self._closed = False
+
+    def close(self) -> None:
+        """Free the compiled model: drop it and the idle requests, which hold it too. Requests
+        whose outputs are still lent are dropped when those die. Calls must not follow."""
+        with self._loans:
+            self._closed = True
+            self.compiled = None
+            while True:
+                try:
+                    self._pool.get_nowait()
+                except queue.Empty:
+                    break
 
     def _new_request(self) -> _Request:
         return _Request(self.compiled.create_infer_request(), self._copy_in, self._static_out, self)
@@ -148,8 +161,8 @@ class CompiledPartition:
                 return
             slot.on_loan = False
             self._on_loan -= 1
-        if not slot.retired:
-            self._pool.put(slot)
+            if not slot.retired and not self._closed:
+                self._pool.put(slot)
 
     def _put_back(self, slot: _Request) -> None:
         with self._loans:
@@ -157,8 +170,8 @@ class CompiledPartition:
                 slot.on_loan = True
                 self._on_loan += 1
                 return
-        if not slot.retired:
-            self._pool.put(slot)
+            if not slot.retired and not self._closed:
+                self._pool.put(slot)
 
     def __call__(self, *args: Any) -> tuple[Any, ...]:
         try:
