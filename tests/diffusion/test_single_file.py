@@ -21,6 +21,7 @@ from original_layout import CLIP, UNET, VAE, original_state_dict, write_config_d
 from safetensors.torch import save_file
 
 import fxvino
+from fxvino.apps import txt2img
 from fxvino.diffusion import CheckpointError, compiled_components, load_single_file
 from fxvino.diffusion import random_pipelines as rp
 
@@ -249,3 +250,31 @@ def test_a_checkpoint_lacking_a_weight_is_refused_not_left_on_meta(tiny, tmp_pat
     save_file(state, tmp_path / "partial.safetensors")
     with pytest.raises(CheckpointError, match=r"no weights for 1 tensor\(s\).*text_encoder.final_layer_norm.weight"):
         load_single_file(tmp_path / "partial.safetensors", config=tiny.config)
+
+
+def test_txt2img_loads_a_checkpoint_file(tiny):
+    assert_same_weights(tiny.pipe, txt2img.load_pipeline(tiny.files[".ckpt"], config=tiny.config))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "{file}"], "error: no diffusers config for"),
+        (["--model", "{file}", "--config", "{root}/nowhere"], "nowhere' is not a directory"),
+        (["--model", "{config}", "--config", "{config}"], "--config is for a checkpoint file"),
+        (["--model", "{root}/junk.ckpt"], "is not a PyTorch checkpoint"),
+    ],
+)
+def test_txt2img_command_line_refuses_what_it_cannot_load(tiny, tmp_path, capsys, args, message):
+    file = shutil.copy(tiny.files[".safetensors"], tmp_path / "model.safetensors")
+    (tmp_path / "junk.ckpt").write_text("not a checkpoint")
+    args = [a.format(file=file, root=tmp_path, config=tiny.config) for a in args]
+    assert txt2img.main([*args, "--prompt", "a cat"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_txt2img_refuses_an_inpainting_checkpoint(tmp_path):
+    original = rp.sd_pipeline(tmp_path / "build", kind="inpaint")
+    path = write_single_file(original, tmp_path / "inpaint.safetensors")
+    with pytest.raises(txt2img.InputError, match="is a StableDiffusionInpaintPipeline checkpoint: this app"):
+        txt2img.load_pipeline(path, config=write_config_dir(original, tmp_path / "config"))

@@ -75,6 +75,33 @@ def test_command_line_writes_an_image(model_dir, tmp_path):
     assert done.returncode == 2 and "LoRA path" in done.stderr
 
 
+@pytest.mark.heavy
+def test_command_line_writes_an_image_from_a_single_file(tmp_path):
+    """A WebUI-style checkpoint file with its config directory, offline: the PNG equals the
+    original pipeline's eager image (to one level of 255)."""
+    import torch
+    from original_layout import write_config_dir, write_single_file
+    from PIL import Image
+
+    original = rp.sd_pipeline(tmp_path / "build")
+    checkpoint = write_single_file(original, tmp_path / "model.ckpt")
+    config = write_config_dir(original, tmp_path / "config")
+    out = tmp_path / "cat.png"
+    done = subprocess.run(
+        [*APP, "--model", str(checkpoint), "--config", str(config), "--prompt", "a cat", "--width", "64",
+         "--height", "48", "--steps", "2", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env={**ENV, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    with torch.no_grad():
+        expected = original(
+            prompt="a cat", num_inference_steps=2, width=64, height=48, generator=torch.Generator().manual_seed(0)
+        ).images[0]
+    got = np.asarray(Image.open(out), np.int16)
+    assert got.shape == (48, 64, 3) and got.std() > 2, "a blank image proves nothing"
+    assert np.abs(got - np.asarray(expected, np.int16)).max() <= 1
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

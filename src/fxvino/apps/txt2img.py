@@ -3,8 +3,10 @@
     python -m fxvino.apps.txt2img --model PATH [--device CPU] [--precision f32] [--model-cache]
     python -m fxvino.apps.txt2img --model PATH --prompt "a cat" --out cat.png   # no UI, one image
 
-``PATH`` is a diffusers pipeline directory (``save_pretrained``) or a single checkpoint file
-(``.safetensors``/``.ckpt``, loaded with ``from_single_file``). The pipeline is compiled once with
+``PATH`` is a diffusers pipeline directory (``save_pretrained``) or a Stable Diffusion 1.x
+single-file checkpoint (``.safetensors``/``.ckpt``, loaded offline by
+:func:`fxvino.diffusion.load_single_file`; ``--config DIR`` names the diffusers config directory
+it needs when none is beside the file or in the Hugging Face cache). The pipeline is compiled once with
 :func:`fxvino.compile_pipeline`: size, batch, scheduler and LoRA changes do not recompile per
 request (see README "Diffusion"). Needs the ``app`` extra (gradio).
 """
@@ -56,9 +58,13 @@ def check_request(width: int, height: int, steps: int, scheduler: str) -> None:
         raise InputError(f"unknown scheduler {scheduler!r}; valid: {', '.join(SCHEDULERS)}")
 
 
-def load_pipeline(path: str | os.PathLike) -> Any:
-    """The pipeline saved at ``path`` (a diffusers directory or a single checkpoint file)."""
+def load_pipeline(path: str | os.PathLike, config: str | os.PathLike | None = None) -> Any:
+    """The pipeline saved at ``path``: a diffusers directory, or a single checkpoint file with
+    ``config`` its diffusers config directory (None: looked for beside the file and in the Hugging
+    Face cache; nothing is downloaded)."""
     import diffusers
+
+    from fxvino.diffusion import CheckpointError, load_single_file
 
     p = Path(path)
     if not p.exists():
@@ -66,20 +72,38 @@ def load_pipeline(path: str | os.PathLike) -> Any:
             f"model path {str(p)!r} does not exist: give a diffusers pipeline directory or a checkpoint file"
         )
     if p.is_dir():
+        if config is not None:
+            raise InputError(
+                f"--config is for a checkpoint file; {str(p)!r} is a directory, which holds its own configs"
+            )
         if not (p / "model_index.json").exists():
             raise InputError(f"{str(p)!r} is not a diffusers pipeline directory (no model_index.json)")
         return diffusers.DiffusionPipeline.from_pretrained(p, safety_checker=None)
-    return diffusers.StableDiffusionPipeline.from_single_file(p)
+    try:
+        pipe = load_single_file(p, config)
+    except CheckpointError as e:
+        raise InputError(str(e)) from e
+    if not isinstance(pipe, diffusers.StableDiffusionPipeline):
+        raise InputError(
+            f"{str(p)!r} is a {type(pipe).__name__} checkpoint: this app generates from text only; give a "
+            "text-to-image checkpoint"
+        )
+    return pipe
 
 
 class Generator:
     """The compiled pipeline and its LoRA state; one request at a time (a lock: one pipeline)."""
 
-    def __init__(self, model: str | os.PathLike, options: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        model: str | os.PathLike,
+        options: dict[str, Any] | None = None,
+        config: str | os.PathLike | None = None,
+    ) -> None:
         import fxvino
 
         self.model = str(model)
-        self.pipe = load_pipeline(model)
+        self.pipe = load_pipeline(model, config)
         self.pipe.set_progress_bar_config(disable=True)
         fxvino.compile_pipeline(self.pipe, options=options)
         self.scheduler_config = dict(self.pipe.scheduler.config)
@@ -220,6 +244,11 @@ def build_ui(generator: Generator) -> Any:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m fxvino.apps.txt2img", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="diffusers pipeline directory or checkpoint file")
+    parser.add_argument(
+        "--config",
+        help="diffusers config directory for a checkpoint file (default: the file's own directory, a directory "
+        "named after it, or the Hugging Face cache; never downloaded)",
+    )
     parser.add_argument("--device", default="CPU")
     parser.add_argument("--precision", default="f32", choices=["f32", "bf16", "f16"])
     parser.add_argument("--model-cache", action="store_true", help="fxvino model_caching (fast restarts)")
@@ -245,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.prompt is not None:  # refuse bad input before the (slow) model load
             check_request(args.width, args.height, args.steps, args.scheduler)
-        generator = Generator(args.model, options)
+        generator = Generator(args.model, options, args.config)
         if args.prompt is None:
             os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
             build_ui(generator).launch(server_name=args.host, server_port=args.port, share=False)
