@@ -82,6 +82,8 @@ def _k_contiguous(a: ov.Output, b: ov.Output) -> ov.Output | None:
         return None
     if _from_constants(b):
         return None  # constant weights, decompressed ones too: FullyConnected packs them
+    # A Transpose ``b`` is copied too: a backward's ``dy @ t(t(w))`` reads ``w`` [K, N] as it is,
+    # and where ``b`` is ``w.t()`` of a run-time ``w`` [N, K] the plugin cancels the two transposes.
     rows, inner = h.static_shape(a)
     _, cols = h.static_shape(b)
     if rows is None or inner is None or cols is None or rows < 512 or inner < 256 or cols < 256:
