@@ -41,3 +41,15 @@ def assert_all_on_openvino(report: fxvino.Report, partitions: int | None = 1) ->
     assert sum(report.ov_ops.values()) > 0, f"nothing ran on OpenVINO:\n{report}"
     if partitions is not None:
         assert report.num_ov_partitions == partitions, str(report)
+
+
+def largest_constant_bytes(compiled: Any) -> int:
+    """The size of the largest constant an ``ov.CompiledModel`` holds after the plugin's folding."""
+    import math
+
+    largest = 0
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        if op.get_rt_info()["layerType"].astype(str) == "Const":
+            out = op.output(0)
+            largest = max(largest, math.prod(out.get_partial_shape().to_shape()) * out.get_element_type().size)
+    return largest

@@ -24,6 +24,7 @@ from fxvino.lowering import helpers as h
 from fxvino.lowering import views
 from fxvino.lowering.plugin_config import plugin_config
 from fxvino.lowering.registry import entry_for, op_name
+from fxvino.lowering.scalar_broadcasts import keep_scalar_broadcasts_small
 from fxvino.lowering.types import ov_type, real_dtype, to_numpy
 from fxvino.quantization.compressed import four_bit
 
@@ -172,6 +173,7 @@ def lower_graph(gm: torch.fx.GraphModule, constants: Mapping[int, torch.Tensor],
         params.append(ctx.seed)
         inputs.append(InputSpec("seed", -1))
     model = ov.Model(results, params, name)
+    keep_scalar_broadcasts_small(model)
     return LoweredGraph(model, inputs, outputs, runtime_positions, counts, plugin_config(model))
 
 
