@@ -35,12 +35,14 @@ ARCHS = [
 GREEDY = {"do_sample": False, "pad_token_id": 0}
 
 
-def _decoder(name: str, positions: int = 1024):
+def _decoder(name: str, positions: int = 1024, layers: int | None = None):
     """The model suite's small config for ``name`` with room for long generations, random weights."""
     torch.manual_seed(0)
     model, _ = models.BY_NAME[name].build()
     config = model.config
     config.max_position_embeddings = positions
+    if layers is not None:
+        config.num_hidden_layers = layers
     torch.manual_seed(0)
     return type(model)(config).eval()
 
@@ -201,7 +203,8 @@ def test_nncf_int4_compressed_model_generates():
     frozen again once, inside the model call and its ``__torch_function__`` mode: that recompile
     ran NNCF's hooks on fxvino's constant folding (a crash) until it stepped outside the mode."""
     nncf = pytest.importorskip("nncf")
-    model = _decoder("llama")
+    # One decoder layer: Dynamo traces NNCF's hooks op by op (~50 s with the suite's two layers).
+    model = _decoder("llama", layers=1)
     ids = _prompt(12, model.config.vocab_size)
     dataset = nncf.Dataset([{"input_ids": ids}])
     model = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT4_SYM, group_size=32, dataset=dataset)
