@@ -92,14 +92,14 @@ def random_bits(ctx, shape, stream: int):
         # ``columns`` as a run-time value: with a constant, OpenVINO reassociates
         # (row * columns + key) + column into key + a folded [rows, columns] constant.
         stride = ops.bitwise_or(ops.bitwise_and(key, _c(0)), _c(columns))
-        row_start = ops.add(ops.multiply(_range_column(rows), stride), key)  # [rows, 1]
-        counter = ops.add(row_start, ops.unsqueeze(ops.range(_c(0), _c(columns), _c(1), "i32"), _c(0)))
+        row_start = ops.add(ops.multiply(h.unsqueeze(_iota(rows), 1), stride), key)  # [rows, 1]
+        counter = ops.add(row_start, h.unsqueeze(_iota(columns), 0))
     return ops.reshape(_mix(counter), shape, False).output(0)
 
 
-def _range_column(n: int):
-    """0 .. n-1 as an [n, 1] i32 column."""
-    return ops.unsqueeze(ops.range(_c(0), _c(n), _c(1), "i32"), _c(1)).output(0)
+def _iota(n: int):
+    """0 .. n-1 as i32 (the hash's arithmetic type)."""
+    return ops.range(_c(0), _c(n), _c(1), "i32").output(0)
 
 
 def _rows_and_columns(dims: list[int]) -> tuple[int, int]:

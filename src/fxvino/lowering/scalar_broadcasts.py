@@ -18,6 +18,9 @@ import math
 
 import openvino as ov
 import openvino.opset16 as ops
+import torch
+
+from fxvino.lowering import helpers as h
 
 # Smaller broadcasts are left alone: folding them costs little memory.
 MIN_BYTES = 1 << 20
@@ -35,7 +38,7 @@ _ELEMENTWISE = frozenset(
 
 def keep_scalar_broadcasts_small(model: ov.Model) -> None:
     """Rewrites ``model`` in place (see the module doc)."""
-    always_true = None
+    always_true, looked = None, False  # the run-time condition, made at most once
     changed = False
     for op in model.get_ordered_ops():
         if op.get_type_name() != "Broadcast":
@@ -56,12 +59,11 @@ def keep_scalar_broadcasts_small(model: ov.Model) -> None:
                 target.replace_source_output(value)
                 changed = True
         if out.get_target_inputs():
-            if always_true is None:
-                always_true = _always_true(model)
-                if always_true is None:
-                    continue
-            op.input(0).replace_source_output(ops.select(always_true, value, value).output(0))
-            changed = True
+            if not looked:
+                always_true, looked = _always_true(model), True
+            if always_true is not None:
+                op.input(0).replace_source_output(ops.select(always_true, value, value).output(0))
+                changed = True
     if changed:
         model.validate_nodes_and_infer_types()
 
@@ -77,8 +79,7 @@ def _takes_a_scalar(target: ov.Input, full: ov.Output) -> bool:
         return False
     # Another input must carry the full shape on its own.
     return any(
-        i.get_index() != target.get_index() and i.get_partial_shape() == full.get_partial_shape()
-        for i in user.inputs()
+        i.get_index() != target.get_index() and i.get_partial_shape() == full.get_partial_shape() for i in user.inputs()
     )
 
 
@@ -88,7 +89,6 @@ def _always_true(model: ov.Model) -> ov.Output | None:
     for param in model.get_parameters():
         shape = param.get_output_partial_shape(0)
         if shape.is_static and math.prod(shape.to_shape()) > 0:
-            flat = ops.reshape(param, ops.constant([-1], ov.Type.i64), False)
-            first = ops.gather(flat, ops.constant(0, ov.Type.i64), ops.constant(0, ov.Type.i64))
+            first = ops.gather(h.reshape(param.output(0), [-1]), h.const(0, torch.int64), h.const(0, torch.int64))
             return ops.logical_or(ops.equal(first, first), ops.not_equal(first, first)).output(0)
     return None
