@@ -13,7 +13,6 @@ import functools
 import gc
 import itertools
 import logging
-import operator
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -35,6 +34,7 @@ from fxvino.partition import partition_and_compile
 from fxvino.quantization.compressed import keep_compressed_weights
 from fxvino.quantization.weight_only import scale_weights_not_products
 from fxvino.report import Fallback, GraphReport, publish
+from fxvino.weight_check import weight_check
 
 logger = logging.getLogger("fxvino")
 aten = torch.ops.aten
@@ -285,17 +285,7 @@ def _freeze_and_fold(work: torch.fx.GraphModule, frozen: dict[int, torch.Tensor]
     return fold_constants(work)
 
 
-_VERSION = operator.attrgetter("_version")
 REFREEZE_LIMIT = 8
-_DATA_PTR = torch.Tensor.data_ptr
-
-
-def _weights_stamp(tensors: tuple[torch.Tensor, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Version counters (in-place ops on the tensor: ``copy_``, ``load_state_dict``, ``add_``) and
-    data pointers (``param.data = new``) of frozen tensors: if neither moved, the data did not
-    change through PyTorch's tracked paths. (In-place ops on ``param.data`` are invisible to both;
-    ``fxvino.weights_changed`` bumps the counters after such edits.)"""
-    return tuple(map(_VERSION, tensors)), tuple(map(_DATA_PTR, tensors))
 
 
 class _FrozenWeights:
@@ -309,10 +299,10 @@ class _FrozenWeights:
     Contents: a frozen tensor changed in place since the compile (a LoRA fused into it, a new
     checkpoint loaded with ``load_state_dict``, ``.data`` replaced) has another version counter or
     data pointer; the graph is then compiled again with the current values (a model-cache hit when
-    those weights were seen before), so a stale result never comes back. The checks are C loops
-    over the tensors (tens of ns per tensor, once per graph call). Weights that keep changing (eval
+    those weights were seen before), so a stale result never comes back. Weights that keep changing (eval
     calls between training steps) stop being refrozen after ``REFREEZE_LIMIT`` compiles: the graph
-    then takes them as inputs, one compile that is current whatever they become.
+    then takes them as inputs, one compile that is current whatever they become. Both checks are
+    one call of a :mod:`fxvino.weight_check` (native: ~7 ns per tensor).
 
     Released (a dynamic recompile of the same code superseded it: superseded.py), the graph
     frees its compiled models and compiles again only if it is called again.
@@ -334,7 +324,7 @@ class _FrozenWeights:
         self.report = report
         self.live = live
         self._lock = threading.Lock()
-        self.stamp = _weights_stamp(self.tensors)
+        self.check = weight_check(self.tensors, self.positions)
         self._compile_unfrozen = compile_unfrozen
         self._refreeze = refreeze
         self._unfrozen: Callable | None = None
@@ -347,21 +337,22 @@ class _FrozenWeights:
 
     def _call(self, args: Sequence[Any]) -> Any:
         """The slow path: other tensors than the frozen ones, or changed contents."""
-        if not all(map(operator.is_, map(args.__getitem__, self.positions), self.tensors)):
+        if not self.check.identical(args):
             return self.unfrozen()(*args)
-        stamp = _weights_stamp(self.tensors)
-        if stamp != self.stamp:
-            if self.refreezes >= REFREEZE_LIMIT:  # weights that keep changing: take them as inputs
-                if self._unfrozen is None:
-                    logger.warning(
-                        "fxvino: frozen weights changed %d times; this graph now takes them as inputs", self.refreezes
-                    )
-                return self.unfrozen()(*args)
+        self.check.take()  # what is compiled next, or taken as inputs from now on
+        if self.refreezes >= REFREEZE_LIMIT:  # weights that keep changing: take them as inputs
+            if self.forward != self._weights_as_inputs:
+                logger.warning(
+                    "fxvino: frozen weights changed %d times; this graph now takes them as inputs", self.refreezes
+                )
+                self.forward = self._weights_as_inputs
+        else:
             runner = self._refreeze()
             if runner is None:  # could not compile again: weights as inputs are always current
-                return self.unfrozen()(*args)
-            self.runner, self.forward, self.stamp = runner, _graph_forward(runner), stamp
-            self.refreezes += 1
+                self.forward = self._weights_as_inputs
+            else:
+                self.runner, self.forward = runner, _graph_forward(runner)
+                self.refreezes += 1
         return self.forward(*[args[i] for i in self.live])
 
     def release(self, why: str) -> None:
@@ -391,10 +382,10 @@ class _FrozenWeights:
         return self.unfrozen()(*args)
 
     def boxed(self) -> Callable:
-        positions, tensors, same = self.positions, self.tensors, operator.is_
+        same = self.check.same
 
         def run(args: list[Any]) -> Any:
-            if all(map(same, map(args.__getitem__, positions), tensors)) and _weights_stamp(tensors) == self.stamp:
+            if same(args):
                 return self.forward(*[args[i] for i in self.live])
             return self._call(args)
 
@@ -402,10 +393,10 @@ class _FrozenWeights:
         return run
 
     def unboxed(self) -> Callable:
-        positions, tensors, same = self.positions, self.tensors, operator.is_
+        same = self.check.same
 
         def run(*args: Any) -> Any:
-            if all(map(same, map(args.__getitem__, positions), tensors)) and _weights_stamp(tensors) == self.stamp:
+            if same(args):
                 return self.forward(*[args[i] for i in self.live])
             return self._call(args)
 

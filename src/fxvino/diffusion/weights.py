@@ -6,6 +6,8 @@ through PyTorch's tracked paths (``param.copy_``, ``load_state_dict``, ``param.d
 recompiles the graph with the new values. Edits made in place through ``param.data`` (``weight.data
 += delta``, which is how peft merges a LoRA into its base layer in ``fuse_lora``/``unfuse_lora``)
 move neither, so those callers bump the version counters themselves: :func:`weights_changed`.
+Inference tensors (made under ``torch.inference_mode``) have no version counter: their in-place
+edits are invisible, so :func:`weights_changed` gives them fresh storage instead.
 """
 
 from __future__ import annotations
@@ -23,11 +25,18 @@ EDITS_WEIGHTS_IN_PLACE = ("fuse_lora", "unfuse_lora")
 def weights_changed(obj: Any) -> None:
     """Tell fxvino that the parameters and buffers of ``obj`` (a module, a diffusers pipeline, or an
     iterable of either) may have changed in place: the next call of every compiled graph that
-    froze any of them compiles again with the current values. Cheap (a counter per tensor)."""
+    froze any of them compiles again with the current values. Cheap (a counter per tensor), except
+    for inference tensors: they track no version, so each is moved to a copy of itself."""
     tensors = list(_tensors_of(obj))
-    if tensors:
+    counted = [t for t in tensors if not t.is_inference()]
+    if counted:
         with torch.no_grad():
-            torch.autograd.graph.increment_version(tensors)
+            torch.autograd.graph.increment_version(counted)
+    if len(counted) < len(tensors):
+        with torch.inference_mode():
+            for t in tensors:
+                if t.is_inference():
+                    t.data = t.detach().clone()  # a new data pointer, which the check compares
 
 
 def _tensors_of(obj: Any) -> Iterable[torch.Tensor]:
