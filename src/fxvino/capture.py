@@ -340,12 +340,13 @@ class _FrozenWeights:
         if not self.check.identical(args):
             return self.unfrozen()(*args)
         self.check.take()  # what is compiled next, or taken as inputs from now on
-        if self.refreezes >= REFREEZE_LIMIT:  # weights that keep changing: take them as inputs
-            if self.forward != self._weights_as_inputs:
-                logger.warning(
-                    "fxvino: frozen weights changed %d times; this graph now takes them as inputs", self.refreezes
-                )
-                self.forward = self._weights_as_inputs
+        if self.forward == self._weights_as_inputs:  # already current whatever the weights become
+            pass
+        elif self.refreezes >= REFREEZE_LIMIT:  # weights that keep changing: take them as inputs
+            logger.warning(
+                "fxvino: frozen weights changed %d times; this graph now takes them as inputs", self.refreezes
+            )
+            self.forward = self._weights_as_inputs
         else:
             runner = self._refreeze()
             if runner is None:  # could not compile again: weights as inputs are always current

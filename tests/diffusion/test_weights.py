@@ -75,3 +75,29 @@ def test_weights_that_keep_changing_end_up_as_inputs():
         with torch.no_grad():
             model.lin.weight.add_(0.1)
     assert compiles == 1 + REFREEZE_LIMIT + 1, compiles
+
+
+def test_a_refreeze_that_fails_runs_weights_as_inputs_from_then_on(monkeypatch):
+    """A graph whose compile with the new weights fails computes with the current weights as inputs,
+    and does not try that compile again on every later call."""
+    import fxvino.capture as capture
+
+    torch.manual_seed(0)
+    model = _Net().eval()
+    x = torch.randn(2, 3, 8, 8)
+    compiled = torch.compile(model, backend="fxvino")
+    _check(model, compiled, x)
+    attempts = []
+
+    def failing(*args, **kwargs):
+        attempts.append(1)
+        raise RuntimeError("injected: compiling with the new weights fails")
+
+    monkeypatch.setattr(capture, "_freeze_and_fold", failing)
+    with torch.no_grad():
+        model.lin.weight.mul_(2.0)
+    for _ in range(3):
+        _check(model, compiled, x)
+        with torch.no_grad():
+            model.lin.weight.add_(0.5)  # weights as inputs: current whatever they become
+    assert len(attempts) == 1, attempts
