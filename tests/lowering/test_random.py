@@ -41,24 +41,29 @@ def _mix_reference(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint32(16))
 
 
-@pytest.mark.parametrize("static", [True, False], ids=["static-shape", "run-time-shape"])
-def test_hash_is_exactly_its_definition(static):
+@pytest.mark.parametrize(
+    "static, dims",
+    [(True, [7, 1000]), (True, [7001]), (False, [7, 1000])],
+    ids=["static-shape", "static-1d-padded", "run-time-shape"],
+)
+def test_hash_is_exactly_its_definition(static, dims):
     """OpenVINO's wrapping i32 multiply and masked shifts give lowbias32 bit for bit, whether the
-    element counter is built from rows and columns (a static shape) or from one Range."""
+    element counter is built from rows and columns (a static shape; a padded near-square cut to
+    size for a long 1-D one) or from one Range."""
     ctx = LoweringContext("hash")
-    shape = h.const([7, 1000], torch.int64) if static else ops.parameter([2], ov.Type.i64, name="shape").output(0)
+    shape = h.const(dims, torch.int64) if static else ops.parameter([2], ov.Type.i64, name="shape").output(0)
     bits = rnd.random_bits(ctx, shape, stream=3)
     params = [ctx.seed] if static else [shape.get_node(), ctx.seed]
     compiled = ov.Core().compile_model(ov.Model([bits], params), "CPU")
     seed = np.array([-123456789, 987654321], dtype=np.int32)
-    got = compiled([seed] if static else [np.array([7, 1000]), seed])[0].view(np.uint32)
+    got = compiled([seed] if static else [np.array(dims), seed])[0].view(np.uint32)
 
     s0, s1 = seed.view(np.uint32)
     with np.errstate(over="ignore"):
         key = _mix_reference(np.array([s0 ^ np.uint32((rnd.GOLDEN * 4) & 0xFFFFFFFF)], dtype=np.uint32))
         key = _mix_reference(key + s1)
-        index = np.arange(7000, dtype=np.uint32)
-        want = _mix_reference(index + key).reshape(7, 1000)
+        index = np.arange(np.prod(dims), dtype=np.uint32)
+        want = _mix_reference(index + key).reshape(dims)
     np.testing.assert_array_equal(got, want)
 
 
@@ -69,6 +74,15 @@ def test_dropout_holds_no_counter_constant():
     _, report = run_fxvino(lambda x: F.dropout(x, 0.5, training=True), x, fullgraph=True)
     assert_all_on_openvino(report)
     assert largest_constant_bytes(report.graphs[0].ov_partitions[0].compiled) < 1 << 20
+
+
+def test_long_1d_draw_holds_no_counter_constant():
+    """``rand(N)`` has no balanced rows x columns split; its counter is a padded square's."""
+    n = (1 << 19) + 3
+    out, report = run_fxvino(lambda x: torch.rand(n) + x, torch.zeros(1), fullgraph=True)
+    assert_all_on_openvino(report)
+    assert largest_constant_bytes(report.graphs[0].ov_partitions[0].compiled) < 1 << 20
+    assert out.shape == (n,) and 0.49 < float(out.mean()) < 0.51 and float(out.min()) >= 0 and float(out.max()) < 1
 
 
 def test_rand_is_uniform_and_ran_on_openvino():

@@ -71,7 +71,8 @@ def random_bits(ctx, shape, stream: int):
     array: a Range over constant bounds is folded by OpenVINO into one (a 6 MB constant per
     attention dropout, 219 MB of BERT-base's training forward, held for the compiled model's
     life), so the elements are numbered as ``row * columns + column`` with the key added to the
-    small row part, which keeps every full-size tensor a run-time one.
+    small row part, which keeps every full-size tensor a run-time one. A shape with no balanced
+    split (``rand(N)``) is counted over a padded near-square, then cut to its size.
     """
     node = shape.get_node()
     if node.get_type_name() == "Constant" and 0 in node.get_data():  # OpenVINO cannot reshape [0] to [0, 5, 0]
@@ -88,12 +89,21 @@ def random_bits(ctx, shape, stream: int):
         numel = ops.reduce_prod(shape, h.const(0, torch.int64), False)
         counter = ops.add(ops.range(_c(0), ops.convert(numel, "i32"), _c(1), "i32"), key)
     else:
+        numel = math.prod(dims)
         rows, columns = _rows_and_columns(dims)
+        if max(rows, columns) > 2 * math.isqrt(numel) + 64:  # no balanced split (a long 1-D draw):
+            columns = math.isqrt(numel) + 1  # count over a padded square and cut the tail off
+            rows = -(-numel // columns)
         # ``columns`` as a run-time value: with a constant, OpenVINO reassociates
         # (row * columns + key) + column into key + a folded [rows, columns] constant.
         stride = ops.bitwise_or(ops.bitwise_and(key, _c(0)), _c(columns))
         row_start = ops.add(ops.multiply(h.unsqueeze(_iota(rows), 1), stride), key)  # [rows, 1]
         counter = ops.add(row_start, h.unsqueeze(_iota(columns), 0))
+        if rows * columns != numel:
+            flat = ops.reshape(counter, h.const([-1], torch.int64), False)
+            counter = ops.slice(
+                flat, h.const([0], torch.int64), h.const([numel], torch.int64), h.const([1], torch.int64)
+            )
     return ops.reshape(_mix(counter), shape, False).output(0)
 
 
