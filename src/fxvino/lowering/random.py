@@ -29,6 +29,8 @@ MIX_1, MIX_2, GOLDEN = 0x7FEB352D, 0x846CA68B, 0x9E3779B9
 # Random bits kept per float: a value must never round up to 1.0 in the output dtype.
 _MANTISSA_BITS = {torch.float16: 11, torch.bfloat16: 8}
 _FLOAT_BITS = 24
+# A counter's two ranges are folded into constants: up to 256 kB each, beyond that a draw is padded.
+LONGEST_COUNTER_RANGE = 1 << 16
 
 
 def _u32(value: int) -> np.ndarray:
@@ -91,8 +93,8 @@ def random_bits(ctx, shape, stream: int):
     else:
         numel = math.prod(dims)
         rows, columns = _rows_and_columns(dims)
-        if max(rows, columns) > 2 * math.isqrt(numel) + 64:  # no balanced split (a long 1-D draw):
-            columns = math.isqrt(numel) + 1  # count over a padded square and cut the tail off
+        if max(rows, columns) > LONGEST_COUNTER_RANGE:  # no balanced split (a long 1-D draw): count over
+            columns = math.isqrt(numel) + 1  # a padded square and cut the tail off (a reference-kernel Slice)
             rows = -(-numel // columns)
         # ``columns`` as a run-time value: with a constant, OpenVINO reassociates
         # (row * columns + key) + column into key + a folded [rows, columns] constant.
