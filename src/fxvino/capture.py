@@ -341,8 +341,8 @@ class _FrozenWeights:
             return self.unfrozen()(*args)
         self.check.take()  # what is compiled next, or taken as inputs from now on
         if self.forward == self._weights_as_inputs:  # already current whatever the weights become
-            pass
-        elif self.refreezes >= REFREEZE_LIMIT:  # weights that keep changing: take them as inputs
+            return self.forward(*[args[i] for i in self.live])
+        if self.refreezes >= REFREEZE_LIMIT:  # weights that keep changing: take them as inputs
             logger.warning(
                 "fxvino: frozen weights changed %d times; this graph now takes them as inputs", self.refreezes
             )

@@ -56,7 +56,7 @@ def save_bases_of_permutations(forward: torch.fx.GraphModule, backward: torch.fx
     if not entries:
         return 0
     last_entry = list(entries.values())[-1]
-    moved = 0
+    moved: list[torch.fx.Node] = []
     for i, value in enumerate(outputs):
         if not (
             isinstance(value, torch.fx.Node)
@@ -79,12 +79,12 @@ def save_bases_of_permutations(forward: torch.fx.GraphModule, backward: torch.fx
         if "tensor_meta" in base.meta:
             entry.meta["tensor_meta"] = base.meta["tensor_meta"]
         outputs[i] = base
-        moved += 1
+        moved.append(value)
     if moved:
         output.args = (type(output.args[0])(outputs), *output.args[1:])
-        for node in reversed(list(forward.graph.nodes)):
-            if node.op == "call_function" and node.target in PERMUTATIONS and not node.users:
-                forward.graph.erase_node(node)
+        for value in moved:
+            if not value.users:
+                forward.graph.erase_node(value)
         forward.recompile()
         backward.recompile()
-    return moved
+    return len(moved)

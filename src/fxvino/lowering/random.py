@@ -102,10 +102,7 @@ def random_bits(ctx, shape, stream: int):
         row_start = ops.add(ops.multiply(h.unsqueeze(_iota(rows), 1), stride), key)  # [rows, 1]
         counter = ops.add(row_start, h.unsqueeze(_iota(columns), 0))
         if rows * columns != numel:
-            flat = ops.reshape(counter, h.const([-1], torch.int64), False)
-            counter = ops.slice(
-                flat, h.const([0], torch.int64), h.const([numel], torch.int64), h.const([1], torch.int64)
-            )
+            counter = ops.slice(h.reshape(counter.output(0), [-1]), h.i64([0]), h.i64([numel]), h.i64([1]))
     return ops.reshape(_mix(counter), shape, False).output(0)
 
 
