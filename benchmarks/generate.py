@@ -45,6 +45,8 @@ CONTENDERS = (
     "fxvino_int8wo",  # torchao Int8WeightOnlyConfig, then fxvino
     "optimum_int4",  # optimum-intel's int4 weight compression (symmetric, group 128)
     "fxvino_int4wo",  # torchao IntxWeightOnlyConfig(int4, group 128), then fxvino (i4 constants)
+    "fxvino_int8wo_static",  # the same with a StaticCache
+    "fxvino_int4wo_static",
 )
 DEFAULT_CONTENDERS = ("eager", "inductor", "openvino", "optimum", "fxvino")
 SIZES: dict[str, dict[str, int]] = {
@@ -114,11 +116,11 @@ def _load(contender: str, path: Path, precision: str):
     elif contender.startswith("fxvino"):
         import fxvino  # noqa: F401
 
-        if contender == "fxvino_int8wo":
+        if contender.startswith("fxvino_int8wo"):
             from torchao.quantization import Int8WeightOnlyConfig, quantize_
 
             quantize_(model, Int8WeightOnlyConfig())
-        elif contender == "fxvino_int4wo":
+        elif contender.startswith("fxvino_int4wo"):
             from torchao.quantization import IntxWeightOnlyConfig, PerGroup, quantize_
 
             quantize_(model, IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(128)))
@@ -146,7 +148,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
     def generate(new: int) -> tuple[float, Any]:
         kwargs = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
-        if args.worker == "fxvino_static":  # a StaticCache, updated in place by the compiled graph
+        if args.worker.endswith("_static"):  # a StaticCache, updated in place by the compiled graph
             kwargs["cache_implementation"] = "static"
         autocast = args.worker == "inductor_autocast" and args.precision == "bf16"
         start = time.perf_counter()

@@ -251,3 +251,29 @@ def test_superseded_static_graphs_release_their_weights():
         alive = [p.compiled is not None for p in graph.ov_partitions]
         assert alive and all(alive) == (graph.released is None), graph.summary()
     assert "released: superseded by graph" in str(report)
+
+
+def test_static_cache_decode_reads_the_cache_without_copying_it():
+    """With a StaticCache, a decode step's attention reads each layer's cache buffer as it is (the
+    new position patched into the scores, lowering/attention.py) instead of scattering the step's
+    keys and values into a copy of the whole cache; the buffers are written in place after the
+    graph (input_writes.py). A prompt longer than 16 tokens keeps the fused attention. Tokens stay
+    eager's."""
+    model = _decoder("llama")
+    ids = _prompt(20, model.config.vocab_size)
+    expected = _generate(model, ids, 32, cache_implementation="static")
+    model.forward = torch.compile(model.forward, backend="fxvino")
+    with fxvino.collect_reports() as report:
+        assert torch.equal(_generate(model, ids, 32, cache_implementation="static"), expected)
+    assert_all_on_openvino(report, partitions=None)
+    scatters = []
+    for graph in report.graphs:
+        for part in graph.ov_partitions:
+            if part.compiled is not None:
+                ops = [op.get_rt_info()["layerType"].astype(str) for op in part.compiled.get_runtime_model().get_ops()]
+                scatters.append((ops.count("ScatterNDUpdate"), ops.count("ScatterUpdate")))
+    layers = model.config.num_hidden_layers
+    # the prefill scatters its 20 rows into K and V of every layer; each decode graph scatters none
+    assert sorted(scatters)[-1] == (2 * layers, 0), scatters
+    decodes = sorted(scatters)[:-1]
+    assert decodes and all(s == (0, 2 * layers) for s in decodes), scatters

@@ -232,3 +232,89 @@ def test_multihead_attention_module(need_weights, masked, dynamic):
                 torch.testing.assert_close(out[1], expected[1], rtol=1e-5, atol=1e-5)
     assert_all_on_openvino(report, partitions=None)
     assert len(report.graphs) == (1 if dynamic else 2), str(report)
+
+
+class _StaticCacheAttention(torch.nn.Module):
+    """A StaticCache layer's decode: the new keys/values are written into the cache buffers at
+    ``pos``, then the query rows attend over the whole written cache (grouped-query heads)."""
+
+    def __init__(self, hq: int, hkv: int, slots: int, how: str, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.hq, self.how = hq, how
+        self.register_buffer("keys", torch.zeros(1, hkv, slots, 16, dtype=dtype))
+        self.register_buffer("values", torch.zeros(1, hkv, slots, 16, dtype=dtype))
+
+    def forward(self, q, k, v, pos, mask):
+        if self.how == "index_copy":
+            self.keys.index_copy_(2, pos, k)
+            self.values.index_copy_(2, pos, v)
+        else:
+            self.keys[:, :, pos] = k
+            self.values[:, :, pos] = v
+        return _sdpa(q, self.keys, self.values, mask)
+
+
+def _cache_ops(report) -> set[str]:
+    return {
+        op.get_rt_info()["layerType"].astype(str)
+        for graph in report.graphs
+        for part in graph.ov_partitions
+        if part.compiled is not None
+        for op in part.compiled.get_runtime_model().get_ordered_ops()
+    }
+
+
+@pytest.mark.parametrize("how", ["index_copy", "index_put"])
+@pytest.mark.parametrize("hq,hkv,rows", [(4, 2, 1), (4, 4, 1), (8, 1, 3)], ids=["gqa", "mha", "mqa-3rows"])
+@pytest.mark.parametrize("mask_kind", ["bool", "float"])
+def test_attention_over_a_written_static_cache_copies_no_cache(how, hq, hkv, rows, mask_kind):
+    """Eager's outputs and caches step after step, while the compiled graph never scatters into a
+    copy of the cache: the written columns are patched into the scores instead (the cache buffers
+    themselves are written in place after the graph, input_writes.py)."""
+    import copy
+
+    import fxvino
+
+    slots = 12
+    model = _StaticCacheAttention(hq, hkv, slots, how)
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="fxvino")
+    torch.manual_seed(0)
+    with torch.no_grad(), fxvino.collect_reports() as report:
+        for step in range(0, slots - rows + 1, rows):
+            q = torch.randn(1, hq, rows, 16)
+            k, v = torch.randn(1, hkv, rows, 16), torch.randn(1, hkv, rows, 16)
+            pos = torch.arange(step, step + rows)
+            visible = torch.arange(slots)[None, :] <= pos[:, None]  # causal over the cache, like StaticCache
+            mask = (
+                visible[None, None]
+                if mask_kind == "bool"
+                else torch.zeros(1, 1, rows, slots).masked_fill(~visible[None, None], torch.finfo(torch.float32).min)
+            )
+            expected = eager(q, k, v, pos, mask)
+            got = compiled(q, k, v, pos, mask)
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(model.keys, eager.keys)
+            torch.testing.assert_close(model.values, eager.values)
+    assert_all_on_openvino(report)
+    ops = _cache_ops(report)
+    assert "ScatterNDUpdate" not in ops and "ScaledDotProductAttention" not in ops, ops
+    assert "ScatterUpdate" in ops, ops  # the written columns of the scores
+
+
+def test_attention_over_a_written_cache_for_many_rows_keeps_the_fused_op():
+    """A prompt written into the cache (more rows than _FEW_QUERY_ROWS) keeps the fused attention
+    over the scattered cache (the plugin runs it as an attention Subgraph here)."""
+    import fxvino
+
+    slots, rows = 40, 20
+    model = _StaticCacheAttention(4, 2, slots, "index_copy")
+    q, k, v = torch.randn(1, 4, rows, 16), torch.randn(1, 2, rows, 16), torch.randn(1, 2, rows, 16)
+    pos = torch.arange(rows)
+    mask = (torch.arange(slots)[None, :] <= pos[:, None])[None, None]
+    expected = _StaticCacheAttention(4, 2, slots, "index_copy")(q, k, v, pos, mask)
+    with torch.no_grad(), fxvino.collect_reports() as report:
+        got = torch.compile(model, backend="fxvino")(q, k, v, pos, mask)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert_all_on_openvino(report)
+    assert "ScatterNDUpdate" in _cache_ops(report)

@@ -11,6 +11,12 @@ on the shared 2-core CPU in f32 (32 query / 8 KV heads, head size 128, medians o
 a decode step over 1,024 cached positions takes 3.5-3.9 ms folded, the same within noise as 5-D
 broadcasting attention (``[B, Hkv, G, L, E]`` against ``[B, Hkv, 1, S, E]``), and 11-20 ms with K/V
 repeated to every head; a causal 512-token prefill takes 57-59 ms folded or repeated and 74-76 ms 5-D.
+
+A StaticCache's decode step writes its new keys and values into the cache and attends over the
+written cache: ``sdpa(q, index_put(K, pos, k), index_put(V, pos, v))``. Lowered as written, each
+layer's whole cache is copied by the scatter on every token only to be read once. For a few query
+rows the attention is instead computed over the cache input itself, with the written columns
+patched in the small score matrix (``_over_cache_writes``); the cache input is never copied.
 """
 
 from __future__ import annotations
@@ -60,6 +66,13 @@ def sdpa_flash_cpu(ctx, node, q, k, v, dropout_p=0.0, is_causal=False, *, attn_m
         return _attention_with_logsumexp(node, q, k, v, bool(is_causal), attn_mask, scale)
     dtype = h.out_dtype(node)
     groups = _groups(node)
+    writes = _cache_writes(node)
+    if writes is not None:
+        groups = _groups_over(node.args[0], writes[0])
+        out = _over_cache_writes(q, *(ctx.env[n] for n in writes), bool(is_causal), attn_mask, scale, groups)
+        if node.kwargs.get("attn_mask") is not None:
+            out = _zero_fully_masked_rows(out, ctx.env[node.kwargs["attn_mask"]])
+        return (h.cast(out, dtype), None)
     query = q
     if groups != 1:  # fold each group of query heads into the query length of its K/V head
         query = h.reshape(q, [h.dim(q, 0), h.dim(k, 1), -1, h.dim(q, 3)])
@@ -81,6 +94,107 @@ def sdpa_flash_cpu(ctx, node, q, k, v, dropout_p=0.0, is_causal=False, *, attn_m
     if mask is not None:
         out = _zero_fully_masked_rows(out, ctx.env[mask])
     return (out, None)
+
+
+# Query rows up to which attention over a written cache is computed from the unwritten cache: the
+# score matrix it materialises grows with the rows (a prompt keeps the fused op, where the copy of
+# the cache is small beside the attention itself).
+_FEW_QUERY_ROWS = 16
+
+
+def _write_into_input(node: object) -> tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node] | None:
+    """(cache, positions, values) when ``node`` is ``index_put(cache, [None, None, positions],
+    values)`` of a graph input: a plain store at 1-D positions of dim 2 (the values broadcast to
+    the written rows, as index_put requires)."""
+    if not isinstance(node, torch.fx.Node) or node.target is not aten.index_put.default:
+        return None
+    base, indices, values = node.args[:3]
+    accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
+    if accumulate or base.op != "placeholder" or not isinstance(values, torch.fx.Node):
+        return None
+    if len(indices) != 3 or indices[0] is not None or indices[1] is not None:
+        return None
+    pos, b, val = indices[2].meta.get("val"), base.meta.get("val"), values.meta.get("val")
+    if pos is None or pos.dim() != 1 or pos.dtype not in (torch.int64, torch.int32) or b is None or val is None:
+        return None
+    if b.dim() != 4 or val.dim() > 4 or val.dtype != b.dtype:
+        return None
+    return base, indices[2], values
+
+
+def _unrepeated(node: torch.fx.Node) -> torch.fx.Node:
+    """What transformers' ``repeat_kv`` repeated (``unsqueeze(2) -> expand -> clone -> view``, each
+    key/value head once per query head of its group), or ``node`` itself."""
+    n = node
+    if n.target not in (aten.view.default, aten._unsafe_view.default, aten.reshape.default):
+        return node
+    n = n.args[0]
+    if isinstance(n, torch.fx.Node) and n.target is aten.clone.default:
+        n = n.args[0]
+    if not isinstance(n, torch.fx.Node) or n.target is not aten.expand.default:
+        return node
+    n = n.args[0]
+    if not isinstance(n, torch.fx.Node) or n.target is not aten.unsqueeze.default or n.args[1] != 2:
+        return node
+    base, out = n.args[0], node.meta.get("val")
+    short = base.meta.get("val") if isinstance(base, torch.fx.Node) else None
+    if short is None or out is None or short.dim() != 4 or out.dim() != 4:
+        return node
+    same = all(str(short.shape[i]) == str(out.shape[i]) for i in (0, 2, 3))
+    return base if same else node
+
+
+def _cache_writes(node: torch.fx.Node) -> tuple[torch.fx.Node, ...] | None:
+    """(K, K positions, new keys, V, V positions, new values) for attention of a few query rows
+    over key and value caches written just before (repeated per query head or not); None for any
+    other attention."""
+    rows = node.args[0].meta["val"].shape[-2]
+    if not isinstance(rows, int) or rows > _FEW_QUERY_ROWS:
+        return None
+    k, v = _write_into_input(_unrepeated(node.args[1])), _write_into_input(_unrepeated(node.args[2]))
+    if k is None or v is None or str(k[0].meta["val"].shape[1]) != str(v[0].meta["val"].shape[1]):
+        return None
+    return (*k, *v)
+
+
+def _groups_over(q: torch.fx.Node, k: torch.fx.Node) -> int | None:
+    """Query heads per head of the cache ``k`` (as ``_groups``)."""
+    hq, hk = q.meta["val"].shape[-3], k.meta["val"].shape[-3]
+    if isinstance(hq, int) and isinstance(hk, int):
+        return hq // hk
+    return 1 if str(hq) == str(hk) else None
+
+
+def _over_cache_writes(q, k, k_pos, k_new, v, v_pos, v_new, causal: bool, attn_mask, scale, groups):
+    """``sdpa(q, index_put(k, k_pos, k_new), index_put(v, v_pos, v_new))`` without writing the caches.
+
+    Scores against the unwritten keys have the written columns replaced by scores against the new
+    keys; the probabilities of those columns then weigh the new values instead of the cache's rows.
+    Scores and softmax in f32, as the fused op accumulates.
+    """
+    query, mask, causal = _folded(q, k, attn_mask, causal, groups)
+    last = h.rank(query) - 1
+    k_pos, v_pos = h.wrap_negative(k_pos, h.dim(k, 2)), h.wrap_negative(v_pos, h.dim(v, 2))
+    k_new, v_new = _written_rows(k_new, k, k_pos), _written_rows(v_new, v, v_pos)
+    old = ops.matmul(query, k, False, True).output(0)
+    new = ops.matmul(query, k_new, False, True).output(0)
+    raw = h.cast(ops.scatter_update(old, k_pos, new, h.const(last, torch.int64)).output(0), torch.float32)
+    s, _ = _masked_scores(raw, query, mask, causal, scale)
+    p = ops.softmax(s, last).output(0)
+    p_new = ops.gather(p, v_pos, h.const(last, torch.int64)).output(0)
+    p_old = ops.scatter_update(p, v_pos, ops.multiply(p_new, h.const(0.0, torch.float32)), h.const(last, torch.int64))
+    dtype = h.dtype_of(v)
+    out = ops.add(
+        ops.matmul(h.cast(p_old.output(0), dtype), v, False, False),
+        ops.matmul(h.cast(p_new, dtype), v_new, False, False),
+    ).output(0)
+    return h.reshape(out, [h.dim(q, 0), h.dim(q, 1), h.dim(q, 2), h.dim(v, 3)])
+
+
+def _written_rows(values, cache, positions):
+    """``values`` broadcast to the rows they are written to: ``[B, H, len(positions), E]``."""
+    shape = h.as_shape([h.dim(cache, 0), h.dim(cache, 1), h.dim(positions, 0), h.dim(cache, 3)])
+    return ops.broadcast(values, shape).output(0)
 
 
 def _zero_fully_masked_rows(out, mask):
@@ -136,15 +250,20 @@ def _folded(q, k, attn_mask, causal: bool, groups: int | None):
 
 def _scores(q, k, attn_mask, causal: bool, scale):
     """f32 masked scores ``scale * q k^T`` (masked entries -inf) and the scale used."""
+    q32, k32 = h.cast(q, torch.float32), h.cast(k, torch.float32)
+    return _masked_scores(ops.matmul(q32, k32, False, True).output(0), q, attn_mask, causal, scale)
+
+
+def _masked_scores(qk, q, attn_mask, causal: bool, scale):
+    """``scale * qk`` in f32 with masked entries -inf, and the scale used (``qk`` = ``q k^T``)."""
     if scale is None:
         scale = ops.divide(h.const(1.0, torch.float32), ops.sqrt(h.cast(h.dim(q, 3), torch.float32))).output(0)
     else:
         scale = h.const(scale, torch.float32)
-    q32, k32 = h.cast(q, torch.float32), h.cast(k, torch.float32)
-    s = ops.multiply(ops.matmul(q32, k32, False, True), scale).output(0)
+    s = ops.multiply(qk, scale).output(0)
     minus_inf = h.infinity(torch.float32, positive=False)
     if causal:  # top-left aligned, as PyTorch's: key j is visible from row i if j <= i
-        rows, keys = h.arange(h.dim(q, 2)), h.arange(h.dim(k, 2))
+        rows, keys = h.arange(h.dim(q, 2)), h.arange(h.dim(qk, h.rank(qk) - 1))
         allowed = ops.less_equal(h.unsqueeze(keys, 0), h.unsqueeze(rows, 1)).output(0)
         s = ops.select(allowed, s, minus_inf).output(0)
     if attn_mask is not None:
