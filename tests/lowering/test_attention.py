@@ -318,3 +318,21 @@ def test_attention_over_a_written_cache_for_many_rows_keeps_the_fused_op():
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     assert_all_on_openvino(report)
     assert "ScatterNDUpdate" in _cache_ops(report)
+
+
+def test_attention_over_a_written_bf16_cache():
+    """A bf16 StaticCache: the same path, within bf16's rounding of eager's attention."""
+    import copy
+
+    model = _StaticCacheAttention(4, 2, 10, "index_copy", dtype=torch.bfloat16)
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="fxvino")
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for step in range(4):
+            q = torch.randn(1, 4, 1, 16, dtype=torch.bfloat16)
+            k, v = (torch.randn(1, 2, 1, 16, dtype=torch.bfloat16) for _ in range(2))
+            pos = torch.tensor([step])
+            mask = (torch.arange(10) <= step)[None, None, None]
+            torch.testing.assert_close(compiled(q, k, v, pos, mask), eager(q, k, v, pos, mask), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(model.keys, eager.keys)
