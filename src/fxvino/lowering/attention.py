@@ -170,7 +170,8 @@ def _over_cache_writes(q, k, k_pos, k_new, v, v_pos, v_new, causal: bool, attn_m
 
     Scores against the unwritten keys have the written columns replaced by scores against the new
     keys; the probabilities of those columns then weigh the new values instead of the cache's rows.
-    Scores and softmax in f32, as the fused op accumulates.
+    The products run in the cache's dtype (a cast would copy the cache); the softmax in f32. A row
+    whose keys are all masked comes out NaN here and is zeroed by the caller, as PyTorch's is 0.
     """
     query, mask, causal = _folded(q, k, attn_mask, causal, groups)
     last = h.rank(query) - 1
