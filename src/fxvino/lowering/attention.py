@@ -32,11 +32,16 @@ aten = torch.ops.aten
 
 
 def _groups(node: torch.fx.Node, first: int = 0) -> int | None:
-    """Query heads per key/value head: an int when the head counts are static or the same
-    symbol, None when only run time knows (``dynamic=True`` makes input head counts symbolic).
-    ``first`` is the position of the query among the node's arguments."""
-    q, k = (a.meta.get("val") for a in node.args[first : first + 2])
-    hq, hk = q.shape[-3], k.shape[-3]
+    """Query heads per key/value head of an attention node; ``first`` is the position of the query
+    among the node's arguments."""
+    return _head_groups(*node.args[first : first + 2])
+
+
+def _head_groups(q: torch.fx.Node, k: torch.fx.Node) -> int | None:
+    """Query heads of ``q`` per head of ``k``: an int when the head counts are static or the same
+    symbol (0 if they do not divide), None when only run time knows (``dynamic=True`` makes input
+    head counts symbolic)."""
+    hq, hk = q.meta["val"].shape[-3], k.meta["val"].shape[-3]
     if isinstance(hq, int) and isinstance(hk, int):
         return hq // hk if hq % hk == 0 else 0
     return 1 if str(hq) == str(hk) else None
@@ -65,14 +70,14 @@ def sdpa_flash_cpu(ctx, node, q, k, v, dropout_p=0.0, is_causal=False, *, attn_m
     if 1 in h.used_outputs(node):  # a training forward: its logsumexp is saved for the backward
         return _attention_with_logsumexp(node, q, k, v, bool(is_causal), attn_mask, scale)
     dtype = h.out_dtype(node)
-    groups = _groups(node)
     writes = _cache_writes(node)
     if writes is not None:
-        groups = _groups_over(node.args[0], writes[0])
+        groups = _head_groups(node.args[0], writes[0])
         out = _over_cache_writes(q, *(ctx.env[n] for n in writes), bool(is_causal), attn_mask, scale, groups)
         if node.kwargs.get("attn_mask") is not None:
             out = _zero_fully_masked_rows(out, ctx.env[node.kwargs["attn_mask"]])
         return (h.cast(out, dtype), None)
+    groups = _groups(node)
     query = q
     if groups != 1:  # fold each group of query heads into the query length of its K/V head
         query = h.reshape(q, [h.dim(q, 0), h.dim(k, 1), -1, h.dim(q, 3)])
@@ -157,14 +162,6 @@ def _cache_writes(node: torch.fx.Node) -> tuple[torch.fx.Node, ...] | None:
     return (*k, *v)
 
 
-def _groups_over(q: torch.fx.Node, k: torch.fx.Node) -> int | None:
-    """Query heads per head of the cache ``k`` (as ``_groups``)."""
-    hq, hk = q.meta["val"].shape[-3], k.meta["val"].shape[-3]
-    if isinstance(hq, int) and isinstance(hk, int):
-        return hq // hk
-    return 1 if str(hq) == str(hk) else None
-
-
 def _over_cache_writes(q, k, k_pos, k_new, v, v_pos, v_new, causal: bool, attn_mask, scale, groups):
     """``sdpa(q, index_put(k, k_pos, k_new), index_put(v, v_pos, v_new))`` without writing the caches.
 
@@ -175,18 +172,19 @@ def _over_cache_writes(q, k, k_pos, k_new, v, v_pos, v_new, causal: bool, attn_m
     """
     query, mask, causal = _folded(q, k, attn_mask, causal, groups)
     last = h.rank(query) - 1
+    keys = h.const(last, torch.int64)  # the scores' key axis
     k_pos, v_pos = h.wrap_negative(k_pos, h.dim(k, 2)), h.wrap_negative(v_pos, h.dim(v, 2))
     k_new, v_new = _written_rows(k_new, k, k_pos), _written_rows(v_new, v, v_pos)
     old = ops.matmul(query, k, False, True).output(0)
     new = ops.matmul(query, k_new, False, True).output(0)
-    raw = h.cast(ops.scatter_update(old, k_pos, new, h.const(last, torch.int64)).output(0), torch.float32)
+    raw = h.cast(ops.scatter_update(old, k_pos, new, keys).output(0), torch.float32)
     s, _ = _masked_scores(raw, query, mask, causal, scale)
     p = ops.softmax(s, last).output(0)
-    p_new = ops.gather(p, v_pos, h.const(last, torch.int64)).output(0)
-    p_old = ops.scatter_update(p, v_pos, ops.multiply(p_new, h.const(0.0, torch.float32)), h.const(last, torch.int64))
+    p_new = ops.gather(p, v_pos, keys).output(0)
+    p_old = ops.scatter_update(p, v_pos, ops.multiply(p_new, h.const(0.0, torch.float32)), keys).output(0)
     dtype = h.dtype_of(v)
     out = ops.add(
-        ops.matmul(h.cast(p_old.output(0), dtype), v, False, False),
+        ops.matmul(h.cast(p_old, dtype), v, False, False),
         ops.matmul(h.cast(p_new, dtype), v_new, False, False),
     ).output(0)
     return h.reshape(out, [h.dim(q, 0), h.dim(q, 1), h.dim(q, 2), h.dim(v, 3)])
