@@ -85,7 +85,7 @@ def _traced_eager() -> Any:
 
     PyTorch's own ``aot_eager`` cannot serve: its traced VAE decoder calls ``native_group_norm`` on
     a tensor that is not contiguous at run time (eager's ``group_norm`` makes it contiguous first)
-    and raises. So each group norm's input is made contiguous here, a copy eager makes as well.
+    and raises. fxvino's capture makes each group norm's input contiguous, and so does this.
     """
     import gc
 
@@ -94,17 +94,11 @@ def _traced_eager() -> Any:
     from torch._dynamo.backends.common import aot_autograd
 
     from fxvino.capture import decomposition_table
+    from fxvino.graph_edit import contiguous_group_norm_inputs
     from fxvino.options import Options
 
     def run_in_pytorch(gm: torch.fx.GraphModule, _example: Any) -> Any:
-        for node in list(gm.graph.nodes):
-            if node.target is torch.ops.aten.native_group_norm.default:
-                with gm.graph.inserting_before(node):
-                    dense = gm.graph.call_function(
-                        torch.ops.aten.clone.default, (node.args[0],), {"memory_format": torch.contiguous_format}
-                    )
-                node.replace_input_with(node.args[0], dense)
-        gm.recompile()
+        contiguous_group_norm_inputs(gm)
         return make_boxed_func(gm.forward)
 
     table = decomposition_table(Options.parse())

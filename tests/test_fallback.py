@@ -208,6 +208,38 @@ def test_runtime_failure_runs_eagerly_and_is_reported(monkeypatch):
     assert any("inference exploded" in f.reason and f.ran_on == "eager" for f in report.fallbacks)
 
 
+class _VaeAttentionTail(torch.nn.Module):
+    """diffusers' VAE attention block in small: a residual add of a transposed view, then a
+    group norm. Traced, the group norm's input is contiguous in fake tensors only."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin, self.norm = torch.nn.Linear(8, 8), torch.nn.GroupNorm(2, 8)
+
+    def forward(self, x):
+        h = self.lin(x.flatten(2).transpose(1, 2))
+        return self.norm((h.transpose(1, 2).reshape(x.shape) + x) / 1)
+
+
+def test_group_norm_graph_that_fails_at_run_time_runs_eagerly(monkeypatch):
+    """The eager run of a traced group norm whose input is not contiguous at run time (PyTorch's
+    own aot_eager raises on it) must give eager's result, not a crash."""
+    from fxvino import runtime
+
+    model, x = _VaeAttentionTail().eval(), torch.randn(1, 8, 4, 4)
+    compiled = torch.compile(model, backend="fxvino")
+    with fxvino.collect_reports() as report, torch.no_grad():
+        compiled(x)
+
+        def fail(self, *args):
+            raise RuntimeError("inference exploded")
+
+        monkeypatch.setattr(runtime.CompiledPartition, "__call__", fail)
+        out = compiled(x)
+        torch.testing.assert_close(out, model(x))
+    assert any(f.ran_on == "eager" for f in report.fallbacks)
+
+
 def test_inference_failure_is_bisected_with_the_real_inputs(monkeypatch):
     """OpenVINO failing at run time on a Tanh: that call runs eagerly, later ones split around the tanh."""
     from fxvino import runtime

@@ -27,7 +27,7 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from fxvino import input_writes, isolation, specialize, superseded, training
 from fxvino.decompositions import DECOMPOSITIONS
-from fxvino.graph_edit import KEEP_UNFOLDED, aot_metadata, placeholders_to_attrs
+from fxvino.graph_edit import KEEP_UNFOLDED, aot_metadata, contiguous_group_norm_inputs, placeholders_to_attrs
 from fxvino.lowering.convert import fetch_attr
 from fxvino.options import Options
 from fxvino.partition import partition_and_compile
@@ -229,6 +229,7 @@ def _compile_aten(
     direct: list[tuple[Callable, int]] | None = None,
 ) -> Callable:
     report = GraphReport(next_id(), kind)
+    contiguous_group_norm_inputs(gm)  # before anything may run it in PyTorch
     frozen = _frozen_inputs(gm, static) if kind == "inference" else {}
     mutated = input_writes.updated_inputs(gm) if kind == "inference" else []
     report.frozen_inputs = len(frozen)

@@ -52,3 +52,28 @@ def aot_metadata() -> object | None:
     from torch._guards import TracingContext
 
     return getattr(TracingContext.try_get(), "fw_metadata", None)
+
+
+def contiguous_group_norm_inputs(gm: torch.fx.GraphModule) -> int:
+    """Put ``aten.contiguous`` before each ``native_group_norm`` input; returns how many.
+
+    ``native_group_norm`` requires a contiguous input, which eager's ``group_norm`` ensures
+    with a ``contiguous()`` that tracing drops when the fake tensor claims contiguous strides
+    the real one lacks (an ``add`` of a transposed view in diffusers' VAE attention). Any
+    part of such a graph that runs in PyTorch (a declined op, a run-time fallback, the whole
+    graph after a failure) then raises. ``contiguous`` costs nothing on OpenVINO (it lowers to
+    nothing) and in PyTorch copies only what is not contiguous already.
+    """
+    count = 0
+    for node in gm.graph.find_nodes(op="call_function", target=torch.ops.aten.native_group_norm.default):
+        x = node.args[0]
+        if isinstance(x, torch.fx.Node) and x.target is not torch.ops.aten.contiguous.default:
+            with gm.graph.inserting_before(node):
+                made = gm.graph.call_function(torch.ops.aten.contiguous.default, (x,))
+            if "val" in x.meta:
+                made.meta["val"] = x.meta["val"]
+            node.replace_input_with(x, made)
+            count += 1
+    if count:
+        gm.recompile()
+    return count
