@@ -241,17 +241,30 @@ def _table(results: dict[tuple[str, str], list[dict]], contenders: list[str], pr
     return "\n".join(lines)
 
 
+def _anchors(contender: str) -> tuple[str, ...]:
+    """The contenders an fxvino contender is compared with: same weights, same precision."""
+    for bits in ("int4", "int8"):
+        if bits in contender:
+            return (f"optimum_{bits}",)
+    return ("eager", "inductor", "inductor_autocast", "openvino", "optimum")
+
+
 def _ratios(results: dict, precisions: list[str]) -> list[str]:
     out = []
     for precision in precisions:
-        fx = [r for r in results.get(("fxvino", precision), []) if "error" not in r]
-        for other in ("eager", "inductor", "inductor_autocast", "openvino", "optimum"):
-            ref = [r for r in results.get((other, precision), []) if "error" not in r]
-            if fx and ref:
-                d = _median(fx, "decode_ms") / _median(ref, "decode_ms")
-                p = _median(fx, "prefill_ms") / _median(ref, "prefill_ms")
-                rss = _median(fx, "peak_rss_mb") / _median(ref, "peak_rss_mb")
-                out.append(f"{precision}: fxvino / {other}: decode {d:.2f}x, prefill {p:.2f}x, peak RSS {rss:.2f}x")
+        for contender in CONTENDERS:
+            fx = [r for r in results.get((contender, precision), []) if "error" not in r]
+            if not contender.startswith("fxvino") or not fx:
+                continue
+            for other in _anchors(contender):
+                ref = [r for r in results.get((other, precision), []) if "error" not in r]
+                if ref:
+                    d = _median(fx, "decode_ms") / _median(ref, "decode_ms")
+                    p = _median(fx, "prefill_ms") / _median(ref, "prefill_ms")
+                    rss = _median(fx, "peak_rss_mb") / _median(ref, "peak_rss_mb")
+                    out.append(
+                        f"{precision}: {contender} / {other}: decode {d:.2f}x, prefill {p:.2f}x, peak RSS {rss:.2f}x"
+                    )
     return out
 
 
