@@ -144,3 +144,25 @@ def test_saved_pipeline_reloads_with_from_pretrained(tmp_path):
         got = images(pipe, prompt="a cat", height=64, width=64)
     assert np.abs(got - expected).max() <= TOLERANCE
     check_report(report)
+
+
+def test_pipeline_whose_every_partition_fails_at_run_time_gives_eager_images(tmp_path, monkeypatch):
+    """OpenVINO raising on every call: each component runs its traced graph in PyTorch, reported,
+    and the images are eager's. (The VAE decoder's traced group norms meet a tensor that is not
+    contiguous at run time, on which PyTorch's own traced graph raises.)"""
+    from fxvino import runtime
+
+    pipe = rp.sd_pipeline(tmp_path)
+    call = {"prompt": "a cat", "height": 64, "width": 64, "num_inference_steps": 2}
+    expected = images(pipe, **call)
+    fxvino.compile_pipeline(pipe)
+
+    def fail(self, *args):
+        raise RuntimeError("inference exploded")
+
+    monkeypatch.setattr(runtime.CompiledPartition, "__call__", fail)
+    with fxvino.collect_reports() as report:
+        got = images(pipe, **call)
+    assert np.abs(got - expected).max() <= TOLERANCE
+    ran_eagerly = {f.ran_on for f in report.fallbacks if "inference exploded" in f.reason}
+    assert ran_eagerly == {"eager"} and len(report.graphs) == 3, str(report)
