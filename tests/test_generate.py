@@ -8,6 +8,8 @@ second length (Dynamo marks the changing sizes dynamic).
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from benchmarks import models
@@ -270,14 +272,37 @@ def test_static_cache_decode_reads_the_cache_without_copying_it():
     with fxvino.collect_reports() as report:
         assert torch.equal(_generate(model, ids, 32, cache_implementation="static"), expected)
     assert_all_on_openvino(report, partitions=None)
-    scatters = []
+    _assert_decodes_scatter_nothing_into_the_cache(report, model.config.num_hidden_layers)
+
+
+def test_static_cache_of_another_length_still_reads_the_cache_without_copying_it():
+    """A generate() call with another max_new_tokens makes a StaticCache of another length: the
+    decode graph recompiled for a symbolic cache length, whose traced ``repeat_kv`` holds a slice
+    of a whole dim, must also read the cache in place. Tokens stay eager's at every length."""
+    model = _decoder("llama")
+    ids = _prompt(20, model.config.vocab_size)
+    twin = copy.deepcopy(model)  # generate() keeps a StaticCache that is long enough: not this one's
+    expected = {n: _generate(twin, ids, n, cache_implementation="static") for n in (24, 32, 40)}
+    model.forward = torch.compile(model.forward, backend="fxvino")
+    with fxvino.collect_reports() as report:
+        for n, tokens in expected.items():
+            assert torch.equal(_generate(model, ids, n, cache_implementation="static"), tokens), n
+    assert_all_on_openvino(report, partitions=None)
+    parts = [p for g in report.graphs for p in g.ov_partitions if p.compiled is not None]
+    shapes = {str(i.get_partial_shape()) for p in parts for i in p.compiled.inputs}
+    assert "[1,1,1,?]" in shapes, f"no decode graph for a symbolic cache length: {shapes}"
+    _assert_decodes_scatter_nothing_into_the_cache(report, model.config.num_hidden_layers)
+
+
+def _assert_decodes_scatter_nothing_into_the_cache(report: fxvino.Report, layers: int) -> None:
+    """The prefill graphs scatter their rows into K and V of every layer; each decode graph (one
+    input token) none: it patches the scores (ScatterUpdate) instead."""
+    scatters: dict[str, list[tuple[int, int]]] = {"prefill": [], "decode": []}
     for graph in report.graphs:
         for part in graph.ov_partitions:
             if part.compiled is not None:
                 ops = [op.get_rt_info()["layerType"].astype(str) for op in part.compiled.get_runtime_model().get_ops()]
-                scatters.append((ops.count("ScatterNDUpdate"), ops.count("ScatterUpdate")))
-    layers = model.config.num_hidden_layers
-    # the prefill scatters its 20 rows into K and V of every layer; each decode graph scatters none
-    assert sorted(scatters)[-1] == (2 * layers, 0), scatters
-    decodes = sorted(scatters)[:-1]
-    assert decodes and all(s == (0, 2 * layers) for s in decodes), scatters
+                kind = "decode" if str(part.compiled.inputs[0].get_partial_shape()) == "[1,1]" else "prefill"
+                scatters[kind].append((ops.count("ScatterNDUpdate"), ops.count("ScatterUpdate")))
+    assert scatters["prefill"] and all(s == (2 * layers, 0) for s in scatters["prefill"]), scatters
+    assert scatters["decode"] and all(s == (0, 2 * layers) for s in scatters["decode"]), scatters

@@ -138,7 +138,7 @@ def _unrepeated(node: torch.fx.Node) -> torch.fx.Node:
         n = n.args[0]
     if not isinstance(n, torch.fx.Node) or n.target is not aten.expand.default:
         return node
-    n = n.args[0]
+    n = _past_whole_slices(n.args[0])
     if not isinstance(n, torch.fx.Node) or n.target is not aten.unsqueeze.default or n.args[1] != 2:
         return node
     base, out = n.args[0], node.meta.get("val")
@@ -147,6 +147,17 @@ def _unrepeated(node: torch.fx.Node) -> torch.fx.Node:
         return node
     same = all(str(short.shape[i]) == str(out.shape[i]) for i in (0, 2, 3))
     return base if same else node
+
+
+def _past_whole_slices(node: object) -> object:
+    """``node`` without the slices that keep a whole dim (``x[:, :, None, :, :]`` traces to one
+    when the shapes are symbolic: a cache whose length changed between generate() calls)."""
+    while isinstance(node, torch.fx.Node) and node.target is aten.slice.Tensor:
+        start, end, step = (list(node.args[2:]) + [0, None, 1][len(node.args) - 2 :])[:3]
+        if start not in (0, None) or step != 1 or not (end is None or (isinstance(end, int) and end >= 2**62)):
+            break
+        node = node.args[0]
+    return node
 
 
 def _cache_writes(node: torch.fx.Node) -> tuple[torch.fx.Node, ...] | None:
