@@ -27,6 +27,7 @@ import torch
 
 from fxvino.lowering import helpers as h
 from fxvino.lowering.registry import lowers
+from fxvino.lowering.shape_ops import INT64_MAX
 
 aten = torch.ops.aten
 
@@ -153,11 +154,16 @@ def _past_whole_slices(node: object) -> object:
     """``node`` without the slices that keep a whole dim (``x[:, :, None, :, :]`` traces to one
     when the shapes are symbolic: a cache whose length changed between generate() calls)."""
     while isinstance(node, torch.fx.Node) and node.target is aten.slice.Tensor:
-        start, end, step = (list(node.args[2:]) + [0, None, 1][len(node.args) - 2 :])[:3]
-        if start not in (0, None) or step != 1 or not (end is None or (isinstance(end, int) and end >= 2**62)):
+        start, end, step = _slice_bounds(*node.args, **node.kwargs)
+        if start not in (0, None) or step != 1 or end not in (None, INT64_MAX):
             break
         node = node.args[0]
     return node
+
+
+def _slice_bounds(x, dim=0, start=None, end=None, step=1):
+    """``aten.slice.Tensor``'s (start, end, step), its defaults filled in."""
+    return start, end, step
 
 
 def _cache_writes(node: torch.fx.Node) -> tuple[torch.fx.Node, ...] | None:
