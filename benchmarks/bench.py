@@ -41,14 +41,41 @@ QUICK_MODELS = ("mlp", "probe")
 # --------------------------------------------------------------------------- machine
 
 
+# (vendor, family) -> [(first model, last model, name)]. Flags do not tell these apart, and their
+# speed differs where it matters: Zen 4 runs each 512-bit instruction as two 256-bit halves, Zen 5
+# does not, so OpenVINO's AVX-512 kernels ran ~2x faster on a Zen 5 EPYC than on a Zen 4 one while
+# PyTorch's MKL (AVX2 on AMD) barely changed (benchmarks/diffusion_results.md, 2026-11-25).
+_UARCH: dict[tuple[str, int], list[tuple[int, int, str]]] = {
+    ("AuthenticAMD", 0x17): [(0x00, 0x2F, "zen"), (0x30, 0xFF, "zen2")],
+    ("AuthenticAMD", 0x19): [(0x00, 0x0F, "zen3"), (0x10, 0x1F, "zen4"), (0x20, 0x5F, "zen3"), (0x60, 0xAF, "zen4")],
+    ("AuthenticAMD", 0x1A): [(0x00, 0xFF, "zen5")],
+    ("GenuineIntel", 6): [
+        (0x55, 0x55, "skylake-sp"), (0x6A, 0x6C, "icelake-sp"), (0x8F, 0x8F, "sapphirerapids"),
+        (0xCF, 0xCF, "emeraldrapids"), (0xAD, 0xAE, "graniterapids"),
+    ],
+}  # fmt: skip
+
+
+def microarchitecture(vendor: str, family: int, model: int) -> str | None:
+    """The core generation of a CPU from its cpuid family and model, or None when not in the table."""
+    return next((name for lo, hi, name in _UARCH.get((vendor, family), []) if lo <= model <= hi), None)
+
+
 def machine_info() -> dict[str, Any]:
     info: dict[str, Any] = {"cpu": platform.processor() or "unknown", "logical_cores": os.cpu_count()}
     try:
         text = Path("/proc/cpuinfo").read_text()
-        for line in text.splitlines():
-            if line.startswith("model name"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
+        first = dict(
+            (k.strip(), v.strip()) for k, _, v in (ln.partition(":") for ln in text.split("\n\n")[0].splitlines())
+        )
+        info["cpu"] = first.get("model name", info["cpu"])
+        if first.get("cpu family", "").isdigit() and first.get("model", "").isdigit():
+            family, model = int(first["cpu family"]), int(first["model"])
+            info["cpuid"] = f"family {family:#x} model {model:#x}"
+            uarch = microarchitecture(first.get("vendor_id", ""), family, model)
+            if uarch:
+                info["uarch"] = uarch
+                info["cpu"] += f" ({uarch})"
         flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), [])
         isa = ("avx2", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile")
         info["isa"] = ", ".join(f for f in isa if f in flags)
@@ -84,10 +111,13 @@ def machine_info() -> dict[str, Any]:
 
 
 def machine_class(machine: dict[str, Any]) -> str:
-    """A file-name slug for the kind of CPU a run measured (vendor and the ISA tier that decides
-    f32/bf16/int8 speed): runs on different classes are kept side by side, never overwritten."""
+    """A file-name slug for the kind of CPU a run measured (vendor, core generation when known, and
+    the ISA tier that decides f32/bf16/int8 speed): runs on different classes are kept side by side,
+    never overwritten."""
     cpu = str(machine.get("cpu", "")).lower()
     vendor = "intel" if "intel" in cpu else "amd" if "amd" in cpu else "cpu"
+    if machine.get("uarch"):
+        vendor += f"-{machine['uarch']}"
     isa = set(str(machine.get("isa", "")).replace(" ", "").split(","))
     if isa & {"amx_tile", "amx_bf16", "amx_int8"}:
         tier = "amx"
@@ -466,9 +496,10 @@ def write_index(folder: Path) -> Path:
     lines = [
         "# fxvino benchmark results, one section per machine class",
         "",
-        "Each class (CPU vendor and the ISA tier that decides f32/bf16/int8 speed: AMX, AVX-512 with",
-        "or without VNNI/BF16, AVX2) keeps its own last full run, `results-<class>.md`, written by",
-        "`python -m benchmarks.bench` on such a machine; this page is rebuilt after every full run.",
+        "Each class (CPU vendor, core generation, and the ISA tier that decides f32/bf16/int8 speed: AMX,",
+        "AVX-512 with or without VNNI/BF16, AVX2) keeps its own last full run, `results-<class>.md`,",
+        "written by `python -m benchmarks.bench` on such a machine; this page is rebuilt after every full",
+        "run. Classes without a generation were measured before it was recorded (see benchmarks/README.md).",
         "bf16 rows mean something only where the CPU has bf16 kernels (AMX or AVX512-BF16).",
     ]
     for raw in sorted(folder.glob("results-*.json")):

@@ -222,9 +222,14 @@ def _table(results: dict[tuple[str, str], list[dict[str, Any]]], args: argparse.
     def fmt(v: float | None, spec: str = ".1f") -> str:
         return "-" if v is None else format(v, spec)
 
+    from benchmarks.bench import machine_info
+
+    m = machine_info()
     lines = [
         f"Training step (forward + backward + AdamW), size `{args.size}`, {args.threads} threads, "
-        f"medians of {args.rounds} interleaved round(s) x {args.steps} steps.",
+        f"medians of {args.rounds} interleaved round(s) x {args.steps} steps. CPU: {m.get('cpu')}; "
+        f"ISA: {m.get('isa') or 'no AVX2'}; torch {m.get('torch')}, openvino {m.get('openvino')}, "
+        f"fxvino {m.get('fxvino_commit')}.",
         "",
         "| model | contender | step ms | / eager | / inductor | forward | backward | optimizer "
         "| OV infer | transfers | first step s | peak RSS MB | RSS / eager | note |",

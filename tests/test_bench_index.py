@@ -2,7 +2,7 @@
 
 import json
 
-from benchmarks.bench import machine_class, write_index
+from benchmarks.bench import machine_class, microarchitecture, write_index
 
 
 def test_machine_class_names_vendor_and_isa_tier():
@@ -13,6 +13,19 @@ def test_machine_class_names_vendor_and_isa_tier():
     assert machine_class(amd) == "amd-avx512-vnni-bf16"
     assert machine_class({"cpu": "AMD EPYC", "isa": "avx2"}) == "amd-avx2"
     assert machine_class({"cpu": "", "isa": ""}) == "cpu-avx2"
+
+
+def test_machine_class_tells_core_generations_with_the_same_flags_apart():
+    """A Zen 4 and a Zen 5 EPYC both list AVX-512 VNNI/BF16, but Zen 4 splits 512-bit work in two
+    halves: their OpenVINO timings differ ~2x, so their runs must not share a page."""
+    flags = "avx2, avx512f, avx512_vnni, avx512_bf16"
+    zen4, zen5 = (microarchitecture("AuthenticAMD", f, m) for f, m in ((0x19, 0x11), (0x1A, 0x02)))
+    assert (zen4, zen5) == ("zen4", "zen5")
+    assert microarchitecture("AuthenticAMD", 0x19, 0x01) == "zen3"
+    assert microarchitecture("GenuineIntel", 6, 0x8F) == "sapphirerapids"
+    assert microarchitecture("GenuineIntel", 6, 0x01) is None
+    classes = {machine_class({"cpu": f"AMD EPYC ({u})", "uarch": u, "isa": flags}) for u in (zen4, zen5)}
+    assert classes == {"amd-zen4-avx512-vnni-bf16", "amd-zen5-avx512-vnni-bf16"}
 
 
 def test_index_has_one_section_per_class_with_its_ratios(tmp_path):
