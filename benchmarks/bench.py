@@ -679,7 +679,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--out",
         type=Path,
-        help="markdown output (default benchmarks/results-<machine class>.md, e.g. results-intel-amx.md; "
+        help="markdown output (default benchmarks/results-<machine class>.md, e.g. "
+        "results-amd-zen4-avx512-vnni-bf16.md; "
         "benchmarks/results-quick.md with --quick); the chart and the raw JSON go next to it",
     )
     p.add_argument("--target-seconds", type=float, help="timed loop length per measurement (default 2, 0.5 quick)")
