@@ -300,3 +300,18 @@ def test_small_cnn_training_step_runs_backward_on_openvino():
     graph = backward_graph(report)
     for op in ("aten.convolution_backward.default", "aten.max_pool2d_with_indices_backward.default"):
         assert graph.ov_ops[op] >= 1, str(report)
+
+
+@pytest.mark.parametrize(
+    "make, shape",
+    [
+        (lambda: nn.utils.parametrizations.weight_norm(nn.Linear(6, 5)), (3, 6)),  # dim 0
+        (lambda: nn.utils.parametrizations.weight_norm(nn.Linear(6, 5), dim=1), (3, 6)),  # the last dim
+        # wav2vec2's positional convolution: weight norm over the kernel dim of a grouped Conv1d
+        (lambda: nn.utils.parametrizations.weight_norm(nn.Conv1d(4, 4, 5, padding=2, groups=2), dim=2), (2, 4, 11)),
+    ],
+)
+def test_weight_norm_interface_backward(make, shape):
+    """Gradients of both weight-norm parameters (direction and magnitude) match eager's."""
+    report = train_step(make(), torch.randn(shape))
+    assert_backward_on_openvino(report, "aten._weight_norm_interface_backward.default")

@@ -3,7 +3,8 @@
 Gradients are expressed with forward OpenVINO ops: ConvolutionBackpropData and convolutions
 with swapped axes for ``convolution_backward``, ScatterElementsUpdate / ScatterNDUpdate with
 sum reduction for max-pool and embedding gradients, a transposed convolution with a ones
-kernel for average pooling, and the closed-form normalisation gradients for layer/group norm.
+kernel for average pooling, and the closed-form normalisation gradients for layer/group norm
+and weight norm.
 Outputs that ``output_mask`` switches off are returned as None (nothing reads them).
 """
 
@@ -333,6 +334,24 @@ def native_group_norm_backward(ctx, node, go, x, mean, rstd, weight, n, c, hw, g
     if output_mask[2]:
         grad_bias = ops.reduce_sum(go_c, _axes([0, 2]), False).output(0)
     return (grad_input, grad_weight, grad_bias)
+
+
+@lowers(aten._weight_norm_interface_backward.default)
+def weight_norm_interface_backward(ctx, node, grad_w, v, g, norms, dim):
+    """Gradients of ``w = v * g / ||v||`` (norms over every dim but ``dim``, kept as size 1):
+    ``grad_g = sum(grad_w * v) / norm`` and ``grad_v = g / norm * (grad_w - v * grad_g / norm)``.
+    Computed in the norms' type (f32 when ``g`` is bf16, as PyTorch's kernel accumulates)."""
+    dtype = h.dtype_of(norms)
+    grad_w, v_c, g_c = (h.cast(t, dtype) for t in (grad_w, v, g))
+    r = h.rank(v)
+    axes = [i for i in range(r) if i != h.norm_dim(dim, r)]
+    dot = ops.multiply(grad_w, v_c).output(0)
+    if axes:
+        dot = ops.reduce_sum(dot, _axes(axes), True).output(0)
+    grad_g = ops.divide(dot, norms).output(0)
+    scale = ops.divide(g_c, norms)
+    grad_v = ops.multiply(scale, ops.subtract(grad_w, ops.multiply(v_c, ops.divide(grad_g, norms))))
+    return (h.cast(grad_v.output(0), h.dtype_of(v)), h.cast(grad_g, h.dtype_of(g)))
 
 
 def _batch_norm_ok(node) -> str | None:
