@@ -59,3 +59,20 @@ def test_tensor_split_into_a_0d_tensor_of_sections():
     for a, b in zip(out, fn(x, n), strict=True):
         torch.testing.assert_close(a, b)
     assert not report.fallbacks, str(report)
+
+
+def test_a_buffer_and_a_view_sized_by_a_0d_count():
+    """Longformer's global attention: the count of global tokens is a 0-d tensor (a ``max`` of a
+    mask computed in another graph) that sizes a ``new_zeros`` buffer and a ``view`` of scores."""
+
+    def fn(x: torch.Tensor, scores: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        buf = x.new_zeros(x.shape[0], n, x.shape[-1])
+        buf[:, :2] = x[:, :2]
+        return scores.view(x.shape[0], 2, n, -1).softmax(-1).sum(1) + buf.sum(-1, keepdim=True)
+
+    x, scores, n = torch.randn(2, 6, 4), torch.randn(2, 2 * 3, 8), torch.tensor(3)
+    compiled = torch.compile(fn, backend="fxvino")
+    with fxvino.collect_reports() as report, torch.no_grad():
+        out = compiled(x, scores, n)
+    torch.testing.assert_close(out, fn(x, scores, n))
+    assert_all_on_openvino(report)

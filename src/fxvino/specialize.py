@@ -1,6 +1,6 @@
 """Graphs whose shapes depend on the value of a 0-d tensor input, compiled for that value.
 
-``torch.arange(n)`` (or ``tensor_split(x, n)``) with ``n`` a 0-d tensor is captured by Dynamo,
+``torch.arange(n)`` (or ``tensor_split(x, n)``, ``x.view(b, n, -1)``) with ``n`` a 0-d tensor is captured by Dynamo,
 but its output size (or count) is the tensor's *value*, which AOTAutograd cannot trace
 (``DataDependentOutputException``, ``GuardOnDataDependentSymNode``). Rather
 than run the whole frame eagerly, fxvino compiles the graph with that input's value baked in
@@ -37,9 +37,14 @@ _FACTORIES = frozenset(
         torch.eye,
         torch.tensor_split,  # a 0-d tensor there is a number of sections: the output count
         torch.narrow,
+        torch.reshape,
     }
 )
-_METHODS = frozenset({"tensor_split", "narrow", "new_zeros", "new_ones", "new_full", "new_empty"})
+# Size-taking methods too: Longformer's global attention makes a buffer with ``new_zeros`` and
+# views its scores with ``.view(b, heads, n, seq)``, ``n`` the 0-d maximum count of global tokens.
+_METHODS = frozenset(
+    {"tensor_split", "narrow", "new_zeros", "new_ones", "new_full", "new_empty", "view", "reshape", "expand", "repeat"}
+)
 
 
 def _reads_number(user: torch.fx.Node) -> bool:

@@ -51,6 +51,13 @@ def empty_like(ctx, node, x, **kwargs):
     return ops.broadcast(h.const(0, h.out_dtype(node)), h.shape_of(x)).output(0)
 
 
+@lowers(aten.new_empty_strided.default, aten.new_empty.default)
+def new_empty(ctx, node, x, size, *args, **kwargs):
+    """``x.new_empty*(size)``: as ``empty``, with ``x`` only lending its dtype (backward graphs of
+    Longformer's global attention make their gradient buffers this way)."""
+    return ops.broadcast(h.const(0, h.out_dtype(node)), h.as_shape(size)).output(0)
+
+
 @lowers(aten.arange.start_step, aten.arange.default, aten.arange.start)
 def arange(ctx, node, *args, **kwargs):
     dtype = h.out_dtype(node)
