@@ -76,3 +76,18 @@ def test_a_buffer_and_a_view_sized_by_a_0d_count():
         out = compiled(x, scores, n)
     torch.testing.assert_close(out, fn(x, scores, n))
     assert_all_on_openvino(report)
+
+
+def test_a_0d_tensor_reshaped_as_data_keeps_its_tensor():
+    """``torch.reshape(n, ...)`` reads ``n`` as the tensor it works on, not as a size: only the
+    ``arange`` takes its value."""
+
+    def fn(n: torch.Tensor) -> torch.Tensor:
+        return torch.arange(n, dtype=torch.float32) + torch.reshape(n, (1,))
+
+    n = torch.tensor(4)
+    compiled = torch.compile(fn, backend="fxvino")
+    with fxvino.collect_reports() as report, torch.no_grad():
+        out = compiled(n)
+    torch.testing.assert_close(out, fn(n))
+    assert_all_on_openvino(report)

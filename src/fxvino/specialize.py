@@ -1,7 +1,7 @@
 """Graphs whose shapes depend on the value of a 0-d tensor input, compiled for that value.
 
-``torch.arange(n)`` (or ``tensor_split(x, n)``, ``x.view(b, n, -1)``) with ``n`` a 0-d tensor is captured by Dynamo,
-but its output size (or count) is the tensor's *value*, which AOTAutograd cannot trace
+``torch.arange(n)`` (or ``tensor_split(x, n)``, ``x.view(b, n, -1)``) with ``n`` a 0-d tensor is
+captured by Dynamo, but its output size (or count) is the tensor's *value*, which AOTAutograd cannot trace
 (``DataDependentOutputException``, ``GuardOnDataDependentSymNode``). Rather
 than run the whole frame eagerly, fxvino compiles the graph with that input's value baked in
 (as Dynamo itself does for Python ints) and checks the value on every call: a call with
@@ -47,10 +47,26 @@ _METHODS = frozenset(
 )
 
 
-def _reads_number(user: torch.fx.Node) -> bool:
-    return (user.op == "call_function" and user.target in _FACTORIES) or (
-        user.op == "call_method" and user.target in _METHODS
-    )
+# Of these calls, the first argument is the tensor worked on (as for every method), not a number.
+_TENSOR_FIRST = frozenset({torch.tensor_split, torch.narrow, torch.reshape})
+
+
+def _numbers_start(user: torch.fx.Node) -> int | None:
+    """Where ``user``'s number arguments begin, or None if it reads no numbers."""
+    if user.op == "call_method" and user.target in _METHODS:
+        return 1
+    if user.op == "call_function" and user.target in _FACTORIES:
+        return 1 if user.target in _TENSOR_FIRST else 0
+    return None
+
+
+def _reads_as_number(user: torch.fx.Node, ph: torch.fx.Node) -> bool:
+    start = _numbers_start(user)
+    if start is None:
+        return False
+    seen: list[bool] = []
+    torch.fx.node.map_arg((user.args[start:], user.kwargs), lambda a: seen.append(a is ph))
+    return any(seen)
 
 
 def is_data_dependent(error: BaseException) -> bool:
@@ -77,7 +93,7 @@ def specialize(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple
     for pos, (ph, real) in enumerate(zip(placeholders, example_inputs, strict=False)):
         if not (isinstance(real, torch.Tensor) and real.dim() == 0 and not real.requires_grad):
             continue
-        if not any(_reads_number(u) for u in ph.users):
+        if not any(_reads_as_number(u, ph) for u in ph.users):
             continue
         values[pos] = real.item()
     if not values:
@@ -89,9 +105,11 @@ def specialize(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple
     for pos, value in values.items():
         ph = env[placeholders[pos]]
         for user in list(ph.users):
-            if _reads_number(user) and not (user.op == "call_method" and user.args and user.args[0] is ph):
-                user.args = torch.fx.node.map_arg(user.args, lambda a, ph=ph, v=value: v if a is ph else a)
-                user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda a, ph=ph, v=value: v if a is ph else a)
+            if _reads_as_number(user, ph):
+                start = _numbers_start(user)
+                swap = lambda a, ph=ph, v=value: v if a is ph else a  # noqa: E731
+                user.args = (*user.args[:start], *torch.fx.node.map_arg(user.args[start:], swap))
+                user.kwargs = torch.fx.node.map_arg(user.kwargs, swap)
     return torch.fx.GraphModule(gm, graph), values
 
 

@@ -55,7 +55,7 @@ def empty_like(ctx, node, x, **kwargs):
 def new_empty(ctx, node, x, size, *args, **kwargs):
     """``x.new_empty*(size)``: as ``empty``, with ``x`` only lending its dtype (backward graphs of
     Longformer's global attention make their gradient buffers this way)."""
-    return ops.broadcast(h.const(0, h.out_dtype(node)), h.as_shape(size)).output(0)
+    return empty(ctx, node, size)
 
 
 @lowers(aten.arange.start_step, aten.arange.default, aten.arange.start)
