@@ -12,13 +12,16 @@ def _arange_scaled(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor) -> torch.T
     return torch.arange(a, b, dtype=torch.float32) * x
 
 
-def test_arange_with_0d_tensor_bounds_runs_on_openvino():
-    a, b, x = torch.tensor(2), torch.tensor(9), torch.tensor(1.5)
-    compiled = torch.compile(_arange_scaled, backend="fxvino")
+def _assert_runs_like_eager_on_openvino(fn, *args: torch.Tensor) -> None:
+    compiled = torch.compile(fn, backend="fxvino")
     with fxvino.collect_reports() as report, torch.no_grad():
-        out = compiled(a, b, x)
-    torch.testing.assert_close(out, _arange_scaled(a, b, x))
+        out = compiled(*args)
+    torch.testing.assert_close(out, fn(*args))
     assert_all_on_openvino(report)
+
+
+def test_arange_with_0d_tensor_bounds_runs_on_openvino():
+    _assert_runs_like_eager_on_openvino(_arange_scaled, torch.tensor(2), torch.tensor(9), torch.tensor(1.5))
 
 
 def test_another_value_runs_eagerly_and_is_reported():
@@ -37,12 +40,7 @@ def test_arange_of_a_0d_tensor_plus_an_input():
     def fn(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
         return torch.arange(n, dtype=torch.float32) + x
 
-    x, n = torch.randn(5), torch.tensor(5)
-    compiled = torch.compile(fn, backend="fxvino")
-    with fxvino.collect_reports() as report, torch.no_grad():
-        out = compiled(x, n)
-    torch.testing.assert_close(out, fn(x, n))
-    assert_all_on_openvino(report)
+    _assert_runs_like_eager_on_openvino(fn, torch.randn(5), torch.tensor(5))
 
 
 def test_tensor_split_into_a_0d_tensor_of_sections():
@@ -70,12 +68,7 @@ def test_a_buffer_and_a_view_sized_by_a_0d_count():
         buf[:, :2] = x[:, :2]
         return scores.view(x.shape[0], 2, n, -1).softmax(-1).sum(1) + buf.sum(-1, keepdim=True)
 
-    x, scores, n = torch.randn(2, 6, 4), torch.randn(2, 2 * 3, 8), torch.tensor(3)
-    compiled = torch.compile(fn, backend="fxvino")
-    with fxvino.collect_reports() as report, torch.no_grad():
-        out = compiled(x, scores, n)
-    torch.testing.assert_close(out, fn(x, scores, n))
-    assert_all_on_openvino(report)
+    _assert_runs_like_eager_on_openvino(fn, torch.randn(2, 6, 4), torch.randn(2, 2 * 3, 8), torch.tensor(3))
 
 
 def test_a_0d_tensor_reshaped_as_data_keeps_its_tensor():
@@ -85,9 +78,4 @@ def test_a_0d_tensor_reshaped_as_data_keeps_its_tensor():
     def fn(n: torch.Tensor) -> torch.Tensor:
         return torch.arange(n, dtype=torch.float32) + torch.reshape(n, (1,))
 
-    n = torch.tensor(4)
-    compiled = torch.compile(fn, backend="fxvino")
-    with fxvino.collect_reports() as report, torch.no_grad():
-        out = compiled(n)
-    torch.testing.assert_close(out, fn(n))
-    assert_all_on_openvino(report)
+    _assert_runs_like_eager_on_openvino(fn, torch.tensor(4))
