@@ -60,6 +60,7 @@ class Options:
     disabled_ops: frozenset[torch._ops.OpOverload] = frozenset()
     config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     precision: str = "f32"
+    share_weights: bool = True  # graphs over the same weights compile into one model (shared_weights.py)
     mode: str = "default"
 
     @classmethod
@@ -86,7 +87,7 @@ class Options:
         kw: dict[str, Any] = {}
         if "device" in raw:
             kw["device"] = check_device(_expect(raw["device"], str, "device"))
-        for key in ("aot_autograd", "model_caching"):
+        for key in ("aot_autograd", "model_caching", "share_weights"):
             if key in raw:
                 kw[key] = _as_bool(raw[key], key)
         if "cache_dir" in raw:

@@ -23,7 +23,7 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
-from fxvino import cache, isolation
+from fxvino import cache, isolation, shared_weights
 from fxvino.devices import core
 from fxvino.graph_edit import placeholders_to_attrs
 from fxvino.lowering import ensure_registered
@@ -225,7 +225,7 @@ def _compile_partition(
         for i, a in enumerate(node.args)
         if isinstance(a, torch.fx.Node) and a.op == "get_attr"
     }
-    key, hit = None, None
+    key, hit, together, weights = None, None, None, {}
     try:
         with unset_fake_temporarily():  # constants are real tensors; AOTAutograd runs us in fake mode
             t0 = time.perf_counter()
@@ -242,16 +242,26 @@ def _compile_partition(
                         raise
                     raise _Blamed(e.node, f"lowering failed: {e.reason}") from e
                 t1 = time.perf_counter()
-                try:
-                    config = options.compile_config(lowered.plugin_config)
-                    compiled = core().compile_model(lowered.model, options.device, config)
-                except Exception as e:
-                    blamed = _blame_compile_failure(sub, constants, job, e)
-                    if blamed is None:
-                        raise
-                    raise blamed from e
-                if key is not None:
-                    cache.store(options, key, compiled, lowered, name)
+                config = options.compile_config(lowered.plugin_config)
+                share = options.share_weights and report.kind == "inference"
+                weights = shared_weights.weights_of(constants) if share else {}
+                together = None
+                if weights:  # one compiled model with live partitions over the same weights
+                    together = shared_weights.compile_together(
+                        lowered, weights, options.device, config, name, lend_static=False
+                    )
+                if together is not None:
+                    compiled = together.compiled
+                else:
+                    try:
+                        compiled = core().compile_model(lowered.model, options.device, config)
+                    except Exception as e:
+                        blamed = _blame_compile_failure(sub, constants, job, e)
+                        if blamed is None:
+                            raise
+                        raise blamed from e
+                    if key is not None:
+                        cache.store(options, key, compiled, lowered, name)
             t2 = time.perf_counter()
     except _Blamed as b:
         if job.isolations < isolation.MAX_ISOLATIONS:
@@ -265,15 +275,22 @@ def _compile_partition(
         _to_fallback(parent, node, sub, single, job, preport, why)
         return
     preport.lowering_seconds, preport.compile_seconds = t1 - t0, t2 - t1
-    preport.compiled_ref = weakref.ref(compiled)
     note = dynamic_quantization_note(compiled)
     if note is not None and note not in report.notes:
         report.notes.append(note)
     report.partitions.append(preport)
     report.ov_ops.update(ops_here)
-    partition = CompiledPartition(
-        compiled, lowered.inputs, lowered.outputs, lend_static=report.kind in ("forward", "backward")
-    )
+    if together is not None:
+        partition = together
+    else:
+        partition = CompiledPartition(
+            compiled, lowered.inputs, lowered.outputs, lend_static=report.kind in ("forward", "backward")
+        )
+        if weights and hit is None:
+            shared_weights.remember(
+                partition, lowered, weights=weights, device=options.device, config=config, name=name
+            )
+    preport.partition_ref = weakref.ref(partition)
     if hit is not None:
         partition.mapping = hit.mapping  # the imported model reads the mapped file: keep it open
     job.partitions.append(partition)

@@ -50,13 +50,15 @@ class PartitionReport:
     lowering_seconds: float = 0.0
     compile_seconds: float = 0.0
     on_openvino: bool = True
-    # The compiled model, weakly: a report must not keep a compiled model alive after a reset.
-    compiled_ref: weakref.ref | None = dataclasses.field(default=None, repr=False, compare=False)
+    # The runtime partition, weakly: a report must not keep a compiled model alive after a reset.
+    partition_ref: weakref.ref | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def compiled(self) -> Any:
-        """The partition's ``ov.CompiledModel`` while it is alive, else None."""
-        return self.compiled_ref() if self.compiled_ref is not None else None
+        """The partition's ``ov.CompiledModel`` while it is alive, else None (a partition sharing
+        weights with others runs on the model they were compiled into together)."""
+        partition = self.partition_ref() if self.partition_ref is not None else None
+        return partition.compiled if partition is not None else None
 
 
 @dataclasses.dataclass

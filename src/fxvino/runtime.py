@@ -9,6 +9,10 @@ fresh torch tensors, so a result never changes when the model runs again. A larg
 output (a KV cache growing by one position per decode step) is handed over without a copy
 instead, and the request that owns its memory is kept out of the pool until every tensor viewing
 that memory is freed: the next call takes another request, so nothing overwrites a live result.
+
+A partition's compiled model and the map of its arguments and results onto the model's ports are
+one ``_Binding``, which each request keeps: a partition rebound to another model (compiled with
+others that share its weights: shared_weights.py) makes new requests and never pools old ones.
 """
 
 from __future__ import annotations
@@ -62,19 +66,15 @@ def _torch_view_of(array: Any, dtype: torch.dtype | None) -> torch.Tensor:
 class _Request:
     """An infer request and torch views of the buffers it owns (built once, reused)."""
 
-    __slots__ = ("request", "inputs", "outputs", "static_out", "lent", "on_loan", "retired", "lender")
+    __slots__ = ("request", "binding", "inputs", "outputs", "lent", "on_loan", "retired", "lender")
 
-    def __init__(
-        self,
-        request: ov.InferRequest,
-        copy_in: Sequence[tuple[int, torch.dtype]],
-        static_out: Sequence,
-        lender: CompiledPartition | None = None,
-    ):
-        self.request = request
-        self.inputs = {i: _torch_view(request.get_input_tensor(i), dtype) for i, dtype in copy_in}
+    def __init__(self, binding: _Binding, lender: CompiledPartition | None = None):
+        self.request = request = binding.compiled.create_infer_request()
+        self.binding = binding  # what this request was made for: a rebound partition makes new ones
+        for i, tensor in binding.fixed:
+            request.set_input_tensor(i, tensor)
+        self.inputs = {i: _torch_view(request.get_input_tensor(i), dtype) for i, dtype in binding.copy_in}
         self.outputs: dict[int, Any] = {}  # static outputs: the request's own array, read in place
-        self.static_out = static_out
         self.lent = 0  # outputs handed over without a copy and still alive
         self.on_loan = False  # kept out of the pool until ``lent`` drops to 0
         self.retired = False  # never to be pooled again (its copy-in views went stale)
@@ -91,7 +91,8 @@ class _Request:
         array = self.outputs.get(index)
         if array is None or (lend and self.lender.lend_static):
             tensor = self.request.get_output_tensor(index)
-            lendable = index not in self.static_out or self.lender.lend_static
+            binding = self.binding
+            lendable = (index not in binding.static_out and index not in binding.copied) or self.lender.lend_static
             if lend and lendable and tensor.byte_size >= LEND_BYTES:
                 array = tensor.data
                 self.lent += 1
@@ -99,9 +100,46 @@ class _Request:
                 return _torch_view_of(array, dtype)
             if array is None:
                 array = tensor.data
-                if index in self.static_out:
+                if index in self.binding.static_out:
                     self.outputs[index] = array
         return _torch_view_of(array.copy(), dtype)
+
+
+class _Binding:
+    """A compiled model and how a partition's arguments and results map onto its ports."""
+
+    __slots__ = ("compiled", "inputs", "outputs", "call_inputs", "copy_in", "static_out", "fixed", "copied")
+
+    def __init__(
+        self,
+        compiled: ov.CompiledModel,
+        inputs: Sequence[InputSpec],
+        outputs: Sequence[OutputSpec],
+        copied: frozenset[int] = frozenset(),
+    ):
+        self.compiled = compiled
+        # Outputs always copied, never lent, though their ports are dynamic: a graph's static
+        # outputs run through an If (shared_weights.py). A lent output keeps its request, and so
+        # the compiled model with its packed weights, alive.
+        self.copied = copied
+        self.inputs = tuple(inputs)
+        self.outputs = tuple(outputs)
+        # Inputs that hold one value for the model's life (shared_weights.py) are bound once per
+        # request; the others are set on every call.
+        self.fixed = tuple((i, spec.value) for i, spec in enumerate(self.inputs) if spec.kind == "fixed")
+        self.call_inputs = tuple((i, spec) for i, spec in enumerate(self.inputs) if spec.kind != "fixed")
+        # Static-shaped small tensor inputs are copied in (index -> expected dtype).
+        self.copy_in: list[tuple[int, torch.dtype]] = []
+        for i, spec in self.call_inputs:
+            port = compiled.inputs[i]
+            shape = port.get_partial_shape()
+            copyable = spec.kind in ("tensor", "complex", "seed") and port.get_element_type() in OV_TO_TORCH
+            if not copyable or not shape.is_static:
+                continue
+            nbytes = port.get_element_type().size * math.prod(int(d) for d in shape.to_shape())
+            if nbytes <= COPY_IN_BYTES:
+                self.copy_in.append((i, OV_TO_TORCH[port.get_element_type()]))
+        self.static_out = frozenset(i for i, port in enumerate(compiled.outputs) if port.get_partial_shape().is_static)
 
 
 class CompiledPartition:
@@ -113,45 +151,81 @@ class CompiledPartition:
         inputs: Sequence[InputSpec],
         outputs: Sequence[OutputSpec],
         lend_static: bool = False,
+        copied: frozenset[int] = frozenset(),
     ):
-        self.compiled = compiled
         # Training graphs: a forward's outputs are activations the backward frees, a backward's
         # are gradients the next zero_grad frees, so their memory is lent whatever their shape:
         # copying them cost more than OpenVINO's inference of BERT's forward and backward.
         self.lend_static = lend_static
-        self.inputs = tuple(inputs)
-        self.outputs = tuple(outputs)
-        # Static-shaped small tensor inputs are copied in (index -> expected dtype).
-        self._copy_in: list[tuple[int, torch.dtype]] = []
-        for i, (spec, port) in enumerate(zip(self.inputs, compiled.inputs, strict=True)):
-            shape = port.get_partial_shape()
-            copyable = spec.kind in ("tensor", "complex", "seed") and port.get_element_type() in OV_TO_TORCH
-            if not copyable or not shape.is_static:
-                continue
-            nbytes = port.get_element_type().size * math.prod(int(d) for d in shape.to_shape())
-            if nbytes <= COPY_IN_BYTES:
-                self._copy_in.append((i, OV_TO_TORCH[port.get_element_type()]))
-        self._static_out = frozenset(i for i, port in enumerate(compiled.outputs) if port.get_partial_shape().is_static)
+        self.binding: _Binding | None = _Binding(compiled, inputs, outputs, copied)
         # Requests are made on first use: not in the fake mode the compiler runs under.
         self._pool: queue.SimpleQueue[_Request] = queue.SimpleQueue()
         self._loans = threading.Lock()
         self._on_loan = 0  # requests out of the pool because callers hold their outputs
         self._closed = False
+        self._bound = threading.Event()  # cleared while the partition waits for a new compiled model
+        self._bound.set()
+        self.shared: Any = None  # shared_weights.py's record, for partitions that can share weights
+
+    @property
+    def compiled(self) -> ov.CompiledModel | None:
+        binding = self.binding
+        return binding.compiled if binding is not None else None
+
+    @property
+    def inputs(self) -> tuple[InputSpec, ...]:
+        binding = self.binding
+        return binding.inputs if binding is not None else ()
+
+    @property
+    def outputs(self) -> tuple[OutputSpec, ...]:
+        binding = self.binding
+        return binding.outputs if binding is not None else ()
+
+    def suspend(self) -> None:
+        """Drop the compiled model until :meth:`rebind` gives another; calls meanwhile wait.
+        (shared_weights.py frees every member's packed weights before compiling them together.)"""
+        with self._loans:
+            self._bound.clear()
+            self.binding = None
+            self._drain()
+
+    def rebind(
+        self,
+        compiled: ov.CompiledModel,
+        inputs: Sequence[InputSpec],
+        outputs: Sequence[OutputSpec],
+        copied: frozenset[int] = frozenset(),
+    ) -> None:
+        """Run on ``compiled`` from now on; requests made for the old model are not pooled again."""
+        binding = _Binding(compiled, inputs, outputs, copied)
+        with self._loans:
+            self.binding = binding
+            self._drain()
+            self._bound.set()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                self._pool.get_nowait()
+            except queue.Empty:
+                break
 
     def close(self) -> None:
         """Free the compiled model: drop it and the idle requests, which hold it too. Requests
         whose outputs are still lent are dropped when those die. Calls must not follow."""
         with self._loans:
             self._closed = True
-            self.compiled = None
-            while True:
-                try:
-                    self._pool.get_nowait()
-                except queue.Empty:
-                    break
+            self.binding = None
+            self._bound.set()
+            self._drain()
 
     def _new_request(self) -> _Request:
-        return _Request(self.compiled.create_infer_request(), self._copy_in, self._static_out, self)
+        binding = self.binding
+        if binding is None and not self._closed:
+            self._bound.wait()
+            binding = self.binding
+        return _Request(binding, self)
 
     def _returned(self, slot: _Request) -> None:
         """A lent output's memory was freed (a finalizer: any thread, any time)."""
@@ -161,8 +235,11 @@ class CompiledPartition:
                 return
             slot.on_loan = False
             self._on_loan -= 1
-            if not slot.retired and not self._closed:
+            if self._poolable(slot):
                 self._pool.put(slot)
+
+    def _poolable(self, slot: _Request) -> bool:
+        return not slot.retired and not self._closed and slot.binding is self.binding
 
     def _put_back(self, slot: _Request) -> None:
         with self._loans:
@@ -170,7 +247,7 @@ class CompiledPartition:
                 slot.on_loan = True
                 self._on_loan += 1
                 return
-            if not slot.retired and not self._closed:
+            if self._poolable(slot):
                 self._pool.put(slot)
 
     def __call__(self, *args: Any) -> tuple[Any, ...]:
@@ -178,13 +255,13 @@ class CompiledPartition:
             slot = self._pool.get_nowait()
         except queue.Empty:
             slot = self._new_request()
-        request = slot.request
+        request, binding = slot.request, slot.binding
         # ov.Tensor(shared_memory=True) does not own its memory: ``alive`` keeps every buffer
         # we hand over (contiguous copies included) referenced until inference is done.
         alive = []
         rebound = False  # a buffer we copy into was replaced by a bound tensor
         try:
-            for i, spec in enumerate(self.inputs):
+            for i, spec in binding.call_inputs:
                 kind = spec.kind
                 if kind == "tensor":
                     a = args[spec.position]
@@ -208,7 +285,7 @@ class CompiledPartition:
                 request.set_input_tensor(i, to_ov_tensor(a))
             _infer(request, _NO_INPUTS, True, False)  # inputs are set; results are read below
             lend = self._on_loan < MAX_LENT
-            return tuple(_take(slot, spec, args, lend) for spec in self.outputs)
+            return tuple(_take(slot, spec, args, lend) for spec in binding.outputs)
         finally:
             if rebound:  # its views no longer show what OpenVINO reads: start afresh
                 slot.retired = True

@@ -41,10 +41,13 @@ class LoweringError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class InputSpec:
-    """One runtime input of the OpenVINO model: a tensor, a symbolic int fed as i64, or a seed."""
+    """One runtime input of the OpenVINO model: a tensor, a symbolic int fed as i64, a seed, or a
+    value fixed for the model's life."""
 
     kind: str  # "tensor" | "complex" | "symint" | "symfloat" | "seed" (random bits per call, lowering/random.py)
-    position: int  # index into the partition's runtime arguments (-1 for "seed")
+    # | "fixed" (``value``, an ov.Tensor bound once per request: shared_weights.py)
+    position: int  # index into the partition's runtime arguments (-1 for "seed" and "fixed")
+    value: Any = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)

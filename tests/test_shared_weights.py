@@ -1,0 +1,140 @@
+"""Graphs that freeze the same weights run on one compiled OpenVINO model (shared_weights.py).
+
+The threshold is lowered so that small models take the path a 1B-parameter model takes; what it
+saves in memory is measured by benchmarks/packed_weights.py and benchmarks/generate.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import openvino as ov
+import openvino.opset16 as ops
+import pytest
+import torch
+
+import fxvino
+from fxvino import shared_weights
+
+
+@pytest.fixture(autouse=True)
+def _small_models_share(monkeypatch):
+    monkeypatch.setattr(shared_weights, "MIN_SHARED_BYTES", 1 << 10)
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 32)).eval()
+
+
+def _live(report) -> list:
+    return [p.compiled for g in report.graphs for p in g.ov_partitions if p.compiled is not None]
+
+
+def _layer_types(compiled) -> set[str]:
+    return {op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ordered_ops()}
+
+
+def test_a_static_and_a_dynamic_graph_of_one_model_run_on_one_compiled_model():
+    """Batch 1 keeps its own graph beside the dynamic one (Dynamo specializes 1): both now run on
+    one compiled model, each through its own If, and give eager's results in any order."""
+    model = _mlp()
+    compiled = torch.compile(model, backend="fxvino")
+    with fxvino.collect_reports() as report, torch.no_grad():
+        for rows in (1, 3, 1, 5, 1, 2):
+            x = torch.randn(rows, 64)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    assert len(report.graphs) == 2, str(report)
+    live = _live(report)
+    assert len(live) == 2 and live[0] is live[1], str(report)
+    assert "If" in _layer_types(live[0])
+    assert all(not g.fallbacks and not g.torch_ops for g in report.graphs), str(report)
+
+
+def test_below_the_threshold_graphs_keep_their_own_models(monkeypatch):
+    monkeypatch.setattr(shared_weights, "MIN_SHARED_BYTES", 1 << 30)
+    model = _mlp()
+    compiled = torch.compile(model, backend="fxvino")
+    with fxvino.collect_reports() as report, torch.no_grad():
+        for rows in (1, 3):
+            compiled(torch.randn(rows, 64))
+    live = _live(report)
+    assert len(live) == 2 and live[0] is not live[1]
+    assert "If" not in _layer_types(live[0])
+
+
+def test_share_weights_false_compiles_each_graph_alone():
+    model = _mlp()
+    compiled = torch.compile(model, backend="fxvino", options={"share_weights": False})
+    with fxvino.collect_reports() as report, torch.no_grad():
+        for rows in (1, 3, 1):
+            x = torch.randn(rows, 64)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    live = _live(report)
+    assert len(live) == 2 and live[0] is not live[1]
+
+
+def test_a_failed_merge_compiles_each_graph_apart(monkeypatch):
+    """The older graph gave up its compiled model before the merge; when the merge fails it is
+    compiled alone again, and both graphs still give eager's results."""
+
+    def broken(*_a, **_k):
+        raise RuntimeError("merge broke")
+
+    monkeypatch.setattr(shared_weights, "merge", broken)
+    model = _mlp()
+    compiled = torch.compile(model, backend="fxvino")
+    with fxvino.collect_reports() as report, torch.no_grad():
+        for rows in (1, 3, 1, 4):
+            x = torch.randn(rows, 64)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    live = _live(report)
+    assert len(live) == 2 and live[0] is not live[1]
+    assert all(not g.fallbacks for g in report.graphs), str(report)
+
+
+def test_weights_changed_in_place_reach_every_graph_on_the_shared_model():
+    """A weight changed after the merge: each graph sees the new values on its next call
+    (refreezing compiles it again, together with its partner)."""
+    model = _mlp()
+    compiled = torch.compile(model, backend="fxvino")
+    with torch.no_grad():
+        for rows in (1, 3):
+            compiled(torch.randn(rows, 64))
+        model[0].weight.mul_(-2.0)
+        for rows in (1, 3, 1, 3):
+            x = torch.randn(rows, 64)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_generate_runs_prefill_and_decode_on_one_compiled_model(cache):
+    """Llama with grouped KV heads: tokens equal eager's, two prompts of different lengths; the
+    live graphs (prefill and decode) all run on one compiled model, fully on OpenVINO."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=128,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).eval()
+    kwargs = {"do_sample": False, **({"cache_implementation": "static"} if cache == "static" else {})}
+    prompts = [torch.randint(0, 128, (1, n), generator=torch.Generator().manual_seed(n)) for n in (9, 5)]
+    with torch.no_grad():
+        expected = [model.generate(p, max_new_tokens=12, **kwargs) for p in prompts]
+    model.forward = torch.compile(model.forward, backend="fxvino")
+    with fxvino.collect_reports() as report, torch.no_grad():
+        for p, want in zip(prompts, expected, strict=True):
+            assert torch.equal(model.generate(p, max_new_tokens=12, **kwargs), want)
+    live = _live(report)
+    assert len(live) >= 2 and all(c is live[0] for c in live), str(report)
+    assert all(not g.fallbacks and not g.torch_ops for g in report.graphs), str(report)
+
+
+def test_owned_bytes_counts_constants_that_are_not_views_of_the_weights():
+    weight = torch.randn(256, 256)
+    shared = ops.constant(weight.numpy(), shared_memory=True)
+    copied = ops.constant(np.ones((128, 128), np.float32))
+    x = ops.parameter([1, 256], ov.Type.f32)
+    y = ops.matmul(ops.matmul(x, shared, False, True), ops.concat([copied, copied], 0), False, False)
+    model = ov.Model([y], [x])
+    assert shared_weights.owned_bytes(model, shared_weights.weights_of({0: weight})) == 128 * 128 * 4
