@@ -72,6 +72,17 @@ def test_share_weights_false_compiles_each_graph_alone():
     assert len(live) == 2 and live[0] is not live[1]
 
 
+def test_graphs_computing_in_bf16_keep_their_own_models():
+    """In bf16 a merged decode step was slower and the packed copy half the size (PRECISIONS)."""
+    model = _mlp()
+    compiled = torch.compile(model, backend="fxvino", options={"precision": "bf16"})
+    with fxvino.collect_reports() as report, torch.no_grad():
+        for rows in (1, 3):
+            compiled(torch.randn(rows, 64))
+    live = _live(report)
+    assert len(live) == 2 and live[0] is not live[1]
+
+
 def test_a_failed_merge_compiles_each_graph_apart(monkeypatch):
     """The older graph gave up its compiled model before the merge; when the merge fails it is
     compiled alone again, and both graphs still give eager's results."""
