@@ -1,4 +1,5 @@
-"""Graphs that freeze the same weights run on one compiled OpenVINO model (shared_weights.py).
+"""With share_weights=True, graphs that freeze the same weights run on one compiled OpenVINO model
+(shared_weights.py).
 
 The threshold is lowered so that small models take the path a 1B-parameter model takes; what it
 saves in memory is measured by benchmarks/packed_weights.py and benchmarks/generate.py."""
@@ -13,6 +14,8 @@ import torch
 
 import fxvino
 from fxvino import shared_weights
+
+SHARE = {"share_weights": True}
 
 
 @pytest.fixture(autouse=True)
@@ -37,7 +40,7 @@ def test_a_static_and_a_dynamic_graph_of_one_model_run_on_one_compiled_model():
     """Batch 1 keeps its own graph beside the dynamic one (Dynamo specializes 1): both now run on
     one compiled model, each through its own If, and give eager's results in any order."""
     model = _mlp()
-    compiled = torch.compile(model, backend="fxvino")
+    compiled = torch.compile(model, backend="fxvino", options=SHARE)
     with fxvino.collect_reports() as report, torch.no_grad():
         for rows in (1, 3, 1, 5, 1, 2):
             x = torch.randn(rows, 64)
@@ -52,7 +55,7 @@ def test_a_static_and_a_dynamic_graph_of_one_model_run_on_one_compiled_model():
 def test_below_the_threshold_graphs_keep_their_own_models(monkeypatch):
     monkeypatch.setattr(shared_weights, "MIN_SHARED_BYTES", 1 << 30)
     model = _mlp()
-    compiled = torch.compile(model, backend="fxvino")
+    compiled = torch.compile(model, backend="fxvino", options=SHARE)
     with fxvino.collect_reports() as report, torch.no_grad():
         for rows in (1, 3):
             compiled(torch.randn(rows, 64))
@@ -61,9 +64,9 @@ def test_below_the_threshold_graphs_keep_their_own_models(monkeypatch):
     assert "If" not in _layer_types(live[0])
 
 
-def test_share_weights_false_compiles_each_graph_alone():
+def test_graphs_compile_alone_by_default():
     model = _mlp()
-    compiled = torch.compile(model, backend="fxvino", options={"share_weights": False})
+    compiled = torch.compile(model, backend="fxvino")
     with fxvino.collect_reports() as report, torch.no_grad():
         for rows in (1, 3, 1):
             x = torch.randn(rows, 64)
@@ -75,7 +78,7 @@ def test_share_weights_false_compiles_each_graph_alone():
 def test_graphs_computing_in_bf16_keep_their_own_models():
     """In bf16 a merged decode step was slower and the packed copy half the size (PRECISIONS)."""
     model = _mlp()
-    compiled = torch.compile(model, backend="fxvino", options={"precision": "bf16"})
+    compiled = torch.compile(model, backend="fxvino", options={**SHARE, "precision": "bf16"})
     with fxvino.collect_reports() as report, torch.no_grad():
         for rows in (1, 3):
             compiled(torch.randn(rows, 64))
@@ -92,7 +95,7 @@ def test_a_failed_merge_compiles_each_graph_apart(monkeypatch):
 
     monkeypatch.setattr(shared_weights, "merge", broken)
     model = _mlp()
-    compiled = torch.compile(model, backend="fxvino")
+    compiled = torch.compile(model, backend="fxvino", options=SHARE)
     with fxvino.collect_reports() as report, torch.no_grad():
         for rows in (1, 3, 1, 4):
             x = torch.randn(rows, 64)
@@ -106,7 +109,7 @@ def test_weights_changed_in_place_reach_every_graph_on_the_shared_model():
     """A weight changed after the merge: each graph sees the new values on its next call
     (refreezing compiles it again, together with its partner)."""
     model = _mlp()
-    compiled = torch.compile(model, backend="fxvino")
+    compiled = torch.compile(model, backend="fxvino", options=SHARE)
     with torch.no_grad():
         for rows in (1, 3):
             compiled(torch.randn(rows, 64))
@@ -132,7 +135,7 @@ def test_generate_runs_prefill_and_decode_on_one_compiled_model(cache):
     prompts = [torch.randint(0, 128, (1, n), generator=torch.Generator().manual_seed(n)) for n in (9, 5)]
     with torch.no_grad():
         expected = [model.generate(p, max_new_tokens=12, **kwargs) for p in prompts]
-    model.forward = torch.compile(model.forward, backend="fxvino")
+    model.forward = torch.compile(model.forward, backend="fxvino", options=SHARE)
     with fxvino.collect_reports() as report, torch.no_grad():
         for p, want in zip(prompts, expected, strict=True):
             assert torch.equal(model.generate(p, max_new_tokens=12, **kwargs), want)

@@ -60,7 +60,7 @@ class Options:
     disabled_ops: frozenset[torch._ops.OpOverload] = frozenset()
     config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     precision: str = "f32"
-    share_weights: bool = True  # graphs over the same weights compile into one model (shared_weights.py)
+    share_weights: bool = False  # graphs over the same weights compile into one model (shared_weights.py)
     mode: str = "default"
 
     @classmethod
