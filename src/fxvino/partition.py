@@ -245,11 +245,8 @@ def _compile_partition(
                 config = options.compile_config(lowered.plugin_config)
                 share = options.share_weights and report.kind == "inference" and shared_weights.eligible(config)
                 weights = shared_weights.weights_of(constants) if share else {}
-                together = None
                 if weights:  # one compiled model with live partitions over the same weights
-                    together = shared_weights.compile_together(
-                        lowered, weights, options.device, config, name, lend_static=False
-                    )
+                    together = shared_weights.compile_together(lowered, weights, options.device, config, name)
                 if together is not None:
                     compiled = together.compiled
                 else:
@@ -287,9 +284,7 @@ def _compile_partition(
             compiled, lowered.inputs, lowered.outputs, lend_static=report.kind in ("forward", "backward")
         )
         if weights and hit is None:
-            shared_weights.remember(
-                partition, lowered, weights=weights, device=options.device, config=config, name=name
-            )
+            shared_weights.remember(partition, lowered, weights, options.device, config, name)
     preport.partition_ref = weakref.ref(partition)
     if hit is not None:
         partition.mapping = hit.mapping  # the imported model reads the mapped file: keep it open

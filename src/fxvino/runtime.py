@@ -172,16 +172,6 @@ class CompiledPartition:
         binding = self.binding
         return binding.compiled if binding is not None else None
 
-    @property
-    def inputs(self) -> tuple[InputSpec, ...]:
-        binding = self.binding
-        return binding.inputs if binding is not None else ()
-
-    @property
-    def outputs(self) -> tuple[OutputSpec, ...]:
-        binding = self.binding
-        return binding.outputs if binding is not None else ()
-
     def suspend(self) -> None:
         """Drop the compiled model until :meth:`rebind` gives another; calls meanwhile wait.
         (shared_weights.py frees every member's packed weights before compiling them together.)"""

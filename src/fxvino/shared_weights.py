@@ -20,9 +20,8 @@ smaller models and bf16 models are left alone (below).
 
 When a partition computing in f32 with at least ``MIN_SHARED_BYTES`` (1 GB) of frozen weights
 in common with live partitions of the same device and compile configuration is compiled, the
-older members drop
-their compiled models first (their memory is then free for the new compile; their calls wait),
-and all are compiled into one model and rebound to it. If that compile fails, each is compiled
+older members drop their compiled models first (their memory is then free for the new compile;
+their calls wait), and all are compiled into one model and rebound to it. If that compile fails, each is compiled
 alone again, as before. Partitions loaded from the model cache have no OpenVINO model to merge
 and stay alone. The index is weak: it keeps no partition, model or weight alive.
 """
@@ -50,7 +49,7 @@ logger = logging.getLogger("fxvino")
 # Below this many bytes in common, speed is worth more than a second packed copy: the plugin does
 # not fuse elementwise ops inside an If's bodies (no Snippets), and copies the running body's inputs
 # and outputs. BERT-base's batch-1 and dynamic graphs (0.44 GB shared) ran 9% and 2% slower as one
-# model; a 1.1B Llama's decode steps showed no difference beyond the noise.
+# model (a 1.1B Llama's decode steps 5-9%, for 3.8 GB less memory).
 MIN_SHARED_BYTES = 1 << 30
 # Only models that compute in f32. A bf16 1.1B-class Llama (11 layers, Zen 4, interleaved in one
 # process) decoded 8% slower merged (46.4 against 42.3 ms/token), and in bf16 the packed copy is
@@ -72,6 +71,10 @@ class _Own:
     device: str
     config: dict[str, Any]
     name: str
+
+    @classmethod
+    def of(cls, lowered: LoweredGraph, weights: dict[int, int], device: str, config: dict[str, Any], name: str) -> _Own:
+        return cls(lowered.model, list(lowered.inputs), list(lowered.outputs), weights, device, config, name)
 
 
 _lock = threading.Lock()
@@ -121,20 +124,28 @@ def partners(weights: dict[int, int], device: str, config: dict[str, Any]) -> li
     return [p for p in found if not p._closed]
 
 
-def remember(partition: CompiledPartition, lowered: LoweredGraph, own: _Own | None = None, **kw: Any) -> None:
+def remember(
+    partition: CompiledPartition,
+    lowered: LoweredGraph,
+    weights: dict[int, int],
+    device: str,
+    config: dict[str, Any],
+    name: str,
+) -> None:
     """Index ``partition`` as one that later partitions may share its weights with (if it reads
     enough of them, and its lowered model holds little memory of its own)."""
-    if own is None:
-        own = _Own(lowered.model, list(lowered.inputs), list(lowered.outputs), **kw)
-        if sum(own.weights.values()) < MIN_SHARED_BYTES or owned_bytes(own.model, own.weights) > MAX_OWNED_BYTES:
-            return
+    if sum(weights.values()) >= MIN_SHARED_BYTES and owned_bytes(lowered.model, weights) <= MAX_OWNED_BYTES:
+        _index(partition, _Own.of(lowered, weights, device, config, name))
+
+
+def _index(partition: CompiledPartition, own: _Own) -> None:
     partition.shared = own
     with _lock:
         _live.add(partition)
 
 
 def compile_together(
-    lowered: LoweredGraph, weights: dict[int, int], device: str, config: dict[str, Any], name: str, lend_static: bool
+    lowered: LoweredGraph, weights: dict[int, int], device: str, config: dict[str, Any], name: str
 ) -> CompiledPartition | None:
     """The new partition, compiled in one model with the live partitions it shares weights with,
     which are rebound to that model; None when it has no such partners or the compile failed
@@ -142,7 +153,7 @@ def compile_together(
     members = partners(weights, device, config)
     if not members:
         return None
-    new = _Own(lowered.model, list(lowered.inputs), list(lowered.outputs), weights, device, config, name)
+    new = _Own.of(lowered, weights, device, config, name)
     owns = [m.shared for m in members] + [new]
     for m in members:  # their packed weights are freed before the merged compile packs them again
         m.suspend()
@@ -161,8 +172,9 @@ def compile_together(
         return None
     for m, binding in zip(members, bindings, strict=False):
         m.rebind(compiled, *binding)
-    partition = CompiledPartition(compiled, *bindings[-1][:2], lend_static=lend_static, copied=bindings[-1][2])
-    remember(partition, lowered, new)
+    inputs, outputs, copied = bindings[-1]
+    partition = CompiledPartition(compiled, inputs, outputs, copied=copied)  # inference: nothing lent static
+    _index(partition, new)
     logger.info("fxvino: %s shares one compiled model (and its packed weights) with %s", name, _names(members))
     return partition
 
@@ -195,19 +207,16 @@ def merge(
         first_result.append(len(results))
         results += [ops.result(branch.set_output(r, e)) for r, e in zip(body.get_results(), empty, strict=True)]
     merged = ov.Model(results, flags + [p for group in params for p in group], "shared_weights")
-    first_param = np.cumsum([len(flags)] + [len(g) for g in params]).tolist()
     shared: dict[tuple, ov.Tensor] = {}  # one never-read buffer per type and shape
-    placeholders = [[_placeholder(p, shared) for p in group] for group in params]
+    placeholders = [[InputSpec("fixed", -1, _placeholder(p, shared)) for p in group] for group in params]
     bindings = []
     for k, (inputs, outputs) in enumerate(specs):
-        fixed: list[InputSpec] = [InputSpec("fixed", -1, ov.Tensor(np.array(i == k))) for i in range(len(flags))]
+        bound = [InputSpec("fixed", -1, ov.Tensor(np.array(i == k))) for i in range(len(flags))]
         for j, group in enumerate(placeholders):
-            fixed += [None] * len(group) if j == k else [InputSpec("fixed", -1, t) for t in group]
-        at = first_param[k]
-        fixed[at : at + len(inputs)] = inputs
+            bound += inputs if j == k else group
         own = models[k].get_results()
         static = frozenset(first_result[k] + i for i, r in enumerate(own) if r.get_output_partial_shape(0).is_static)
-        bindings.append((fixed, [_moved(o, first_result[k]) for o in outputs], static))
+        bindings.append((bound, [_moved(o, first_result[k]) for o in outputs], static))
     return merged, bindings
 
 
@@ -231,7 +240,7 @@ def _placeholder(param: ov.Node, shared: dict[tuple, ov.Tensor]) -> ov.Tensor:
 
 
 def _moved(spec: OutputSpec, by: int) -> OutputSpec:
-    if spec.kind in ("python",):
+    if spec.kind == "python":
         return spec
     if spec.kind == "view":
         position, strides, offset_index = spec.value
