@@ -47,8 +47,10 @@ CONTENDERS = (
     "fxvino_int4wo",  # torchao IntxWeightOnlyConfig(int4, group 128), then fxvino (i4 constants)
     "fxvino_int8wo_static",  # the same with a StaticCache
     "fxvino_int4wo_static",
-    "fxvino_shared",  # share_weights=True: prefill and decode graphs in one compiled model
+    "fxvino_shared",  # share_weights=True: prefill and decode graphs in one model, whatever their costs
     "fxvino_shared_static",
+    "fxvino_apart",  # share_weights=False: each graph its own compiled model (the default is "auto")
+    "fxvino_apart_static",
 )
 DEFAULT_CONTENDERS = ("eager", "inductor", "openvino", "optimum", "fxvino")
 SIZES: dict[str, dict[str, int]] = {
@@ -128,7 +130,9 @@ def _load(contender: str, path: Path, precision: str):
             quantize_(model, IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(128)))
 
         dynamic = True if contender == "fxvino_dynamic" else None  # every size dynamic from the first call
-        options = {"share_weights": True} if contender.startswith("fxvino_shared") else {}
+        options = {}
+        if contender.startswith(("fxvino_shared", "fxvino_apart")):
+            options = {"share_weights": contender.startswith("fxvino_shared")}
         model.forward = torch.compile(model.forward, backend="fxvino", dynamic=dynamic, options=options)
     return model
 

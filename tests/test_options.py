@@ -46,6 +46,7 @@ def test_virtual_devices_are_checked_by_their_members():
         ("device", 3, "option 'device' must be str"),
         ("aot_autograd", "maybe", "option 'aot_autograd' must be a bool"),
         ("model_caching", 2, "option 'model_caching' must be a bool"),
+        ("share_weights", "sometimes", r"option 'share_weights' got 'sometimes'; valid: True, False, 'auto'"),
         ("cache_dir", 5, "option 'cache_dir' must be str or PathLike"),
         ("config", ["x"], "option 'config' must be a dict"),
         ("precision", "int4", r"option 'precision' got 'int4'; valid: f32, bf16, f16"),
@@ -56,6 +57,11 @@ def test_virtual_devices_are_checked_by_their_members():
 def test_wrong_values_raise_naming_the_key(key, value, message):
     with pytest.raises(ValueError, match=message):
         Options.parse({key: value})
+
+
+@pytest.mark.parametrize(("value", "parsed"), [(None, "auto"), ("AUTO", "auto"), (True, True), ("false", False)])
+def test_share_weights_is_auto_unless_set(value, parsed):
+    assert Options.parse({} if value is None else {"share_weights": value}).share_weights == parsed
 
 
 def test_unknown_mode_raises():

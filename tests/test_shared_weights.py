@@ -1,5 +1,5 @@
-"""With share_weights=True, graphs that freeze the same weights run on one compiled OpenVINO model
-(shared_weights.py).
+"""Graphs that freeze the same weights run on one compiled OpenVINO model (shared_weights.py): by
+default ("auto") when one of them can run at the model's top level, with share_weights=True always.
 
 The threshold is lowered so that small models take the path a 1B-parameter model takes; what it
 saves in memory is measured by benchmarks/packed_weights.py and benchmarks/generate.py."""
@@ -52,6 +52,41 @@ def test_a_static_and_a_dynamic_graph_of_one_model_run_on_one_compiled_model():
     assert all(not g.fallbacks and not g.torch_ops for g in report.graphs), str(report)
 
 
+def _top_level_types(compiled) -> set[str]:
+    """Layer types at the top level of a compiled model (an If's bodies are not listed)."""
+    return _layer_types(compiled) - {"If", "Input", "Output", "Const", "Convert"}
+
+
+def test_a_graph_much_cheaper_than_its_partner_runs_at_the_top_level(caplog):
+    """Batch 1 beside a graph compiled for 16 rows: the cheap one runs outside any If (no copies
+    in or out), idle on example inputs while the other runs, and both give eager's results."""
+    model = _mlp()
+    compiled = torch.compile(model, backend="fxvino", options=SHARE)
+    with caplog.at_level("INFO", logger="fxvino"), fxvino.collect_reports() as report, torch.no_grad():
+        for rows in (1, 16, 1, 5, 40, 1, 2):
+            x = torch.randn(rows, 64)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    live = _live(report)
+    assert len(live) == 2 and live[0] is live[1], str(report)
+    assert "If" in _layer_types(live[0]) and "FullyConnected" in _top_level_types(live[0])
+    assert any("runs at its top level" in r.getMessage() for r in caplog.records)
+    assert all(not g.fallbacks and not g.torch_ops for g in report.graphs), str(report)
+
+
+def test_graphs_of_similar_cost_both_run_inside_ifs():
+    """Batch 1 beside a graph compiled for 3 rows (less than TOP_LEVEL_RATIO apart): running one
+    of them idle on every call of the other would cost too much, so both sit in Ifs."""
+    model = _mlp()
+    compiled = torch.compile(model, backend="fxvino", options=SHARE)
+    with fxvino.collect_reports() as report, torch.no_grad():
+        for rows in (1, 3, 1):
+            x = torch.randn(rows, 64)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    live = _live(report)
+    assert len(live) == 2 and live[0] is live[1], str(report)
+    assert "FullyConnected" not in _top_level_types(live[0])
+
+
 def test_below_the_threshold_graphs_keep_their_own_models(monkeypatch):
     monkeypatch.setattr(shared_weights, "MIN_SHARED_BYTES", 1 << 30)
     model = _mlp()
@@ -64,13 +99,26 @@ def test_below_the_threshold_graphs_keep_their_own_models(monkeypatch):
     assert "If" not in _layer_types(live[0])
 
 
-def test_graphs_compile_alone_by_default():
+def test_by_default_only_a_much_cheaper_graph_is_merged():
+    """share_weights="auto": batch 1 beside 16 rows shares one model (batch 1 at its top level),
+    while batch 1 beside 3 rows, which would need both in Ifs, keeps two models."""
+    for second, merged in ((16, True), (3, False)):
+        model = _mlp()
+        compiled = torch.compile(model, backend="fxvino")
+        with fxvino.collect_reports() as report, torch.no_grad():
+            for rows in (1, second, 1):
+                x = torch.randn(rows, 64)
+                torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+        live = _live(report)
+        assert len(live) == 2 and (live[0] is live[1]) == merged, (second, str(report))
+
+
+def test_share_weights_false_never_merges():
     model = _mlp()
-    compiled = torch.compile(model, backend="fxvino")
+    compiled = torch.compile(model, backend="fxvino", options={"share_weights": False})
     with fxvino.collect_reports() as report, torch.no_grad():
-        for rows in (1, 3, 1):
-            x = torch.randn(rows, 64)
-            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+        for rows in (1, 16, 1):
+            compiled(torch.randn(rows, 64))
     live = _live(report)
     assert len(live) == 2 and live[0] is not live[1]
 
@@ -120,9 +168,11 @@ def test_weights_changed_in_place_reach_every_graph_on_the_shared_model():
 
 
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
-def test_generate_runs_prefill_and_decode_on_one_compiled_model(cache):
+def test_generate_runs_prefill_and_decode_on_one_compiled_model(cache, caplog):
     """Llama with grouped KV heads: tokens equal eager's, two prompts of different lengths; the
-    live graphs (prefill and decode) all run on one compiled model, fully on OpenVINO."""
+    live graphs (prefill and decode) all run on one compiled model, fully on OpenVINO. After the
+    16-token prompt the decode graph runs at its top level; the 5-token prompt's prefill is less
+    than TOP_LEVEL_RATIO times the decode step, so then both run inside Ifs."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(
@@ -132,16 +182,18 @@ def test_generate_runs_prefill_and_decode_on_one_compiled_model(cache):
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg).eval()
     kwargs = {"do_sample": False, **({"cache_implementation": "static"} if cache == "static" else {})}
-    prompts = [torch.randint(0, 128, (1, n), generator=torch.Generator().manual_seed(n)) for n in (9, 5)]
+    prompts = [torch.randint(0, 128, (1, n), generator=torch.Generator().manual_seed(n)) for n in (16, 5)]
     with torch.no_grad():
         expected = [model.generate(p, max_new_tokens=12, **kwargs) for p in prompts]
     model.forward = torch.compile(model.forward, backend="fxvino", options=SHARE)
-    with fxvino.collect_reports() as report, torch.no_grad():
+    with caplog.at_level("INFO", logger="fxvino"), fxvino.collect_reports() as report, torch.no_grad():
         for p, want in zip(prompts, expected, strict=True):
             assert torch.equal(model.generate(p, max_new_tokens=12, **kwargs), want)
     live = _live(report)
     assert len(live) >= 2 and all(c is live[0] for c in live), str(report)
     assert all(not g.fallbacks and not g.torch_ops for g in report.graphs), str(report)
+    merges = [r.getMessage() for r in caplog.records if "shares one compiled model" in r.getMessage()]
+    assert "runs at its top level" in merges[0] and "runs at its top level" not in merges[-1], merges
 
 
 def test_owned_bytes_counts_constants_that_are_not_views_of_the_weights():

@@ -60,7 +60,9 @@ class Options:
     disabled_ops: frozenset[torch._ops.OpOverload] = frozenset()
     config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     precision: str = "f32"
-    share_weights: bool = False  # graphs over the same weights compile into one model (shared_weights.py)
+    # Graphs over the same weights compile into one model (shared_weights.py): "auto" when one of
+    # them can run at its top level, True always, False never.
+    share_weights: bool | str = "auto"
     mode: str = "default"
 
     @classmethod
@@ -87,9 +89,11 @@ class Options:
         kw: dict[str, Any] = {}
         if "device" in raw:
             kw["device"] = check_device(_expect(raw["device"], str, "device"))
-        for key in ("aot_autograd", "model_caching", "share_weights"):
+        for key in ("aot_autograd", "model_caching"):
             if key in raw:
                 kw[key] = _as_bool(raw[key], key)
+        if "share_weights" in raw:
+            kw["share_weights"] = _share_weights(raw["share_weights"])
         if "cache_dir" in raw:
             kw["cache_dir"] = Path(_expect(raw["cache_dir"], (str, os.PathLike), "cache_dir")).expanduser()
         if "cache_size" in raw:
@@ -152,6 +156,15 @@ def _as_bool(value: Any, key: str) -> bool:
     if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
         return value.strip().lower() in _TRUE
     raise ValueError(f"option {key!r} must be a bool (or 'true'/'false'), got {value!r}")
+
+
+def _share_weights(value: Any) -> bool | str:
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return _as_bool(value, "share_weights")
+    except ValueError:
+        raise ValueError(f"option 'share_weights' got {value!r}; valid: True, False, 'auto'") from None
 
 
 def _overloads(value: Any, key: str) -> Iterable[torch._ops.OpOverload]:

@@ -225,7 +225,7 @@ def _compile_partition(
         for i, a in enumerate(node.args)
         if isinstance(a, torch.fx.Node) and a.op == "get_attr"
     }
-    key, hit, together, weights = None, None, None, {}
+    key, hit, together, weights, example = None, None, None, {}, None
     try:
         with unset_fake_temporarily():  # constants are real tensors; AOTAutograd runs us in fake mode
             t0 = time.perf_counter()
@@ -246,7 +246,11 @@ def _compile_partition(
                 share = options.share_weights and report.kind == "inference" and shared_weights.eligible(config)
                 weights = shared_weights.weights_of(constants) if share else {}
                 if weights:  # one compiled model with live partitions over the same weights
-                    together = shared_weights.compile_together(lowered, weights, options.device, config, name)
+                    runtime_args = [node.args[i] for i in lowered.runtime_positions]
+                    example = shared_weights.example_of(sub.graph, runtime_args)
+                    together = shared_weights.compile_together(
+                        lowered, weights, options.device, config, name, example, options.share_weights == "auto"
+                    )
                 if together is not None:
                     compiled = together.compiled
                 else:
@@ -284,7 +288,7 @@ def _compile_partition(
             compiled, lowered.inputs, lowered.outputs, lend_static=report.kind in ("forward", "backward")
         )
         if weights and hit is None:
-            shared_weights.remember(partition, lowered, weights, options.device, config, name)
+            shared_weights.remember(partition, lowered, weights, options.device, config, name, example)
     preport.partition_ref = weakref.ref(partition)
     if hit is not None:
         partition.mapping = hit.mapping  # the imported model reads the mapped file: keep it open

@@ -7,29 +7,38 @@ and two packed copies (13.2 GB at peak). Compiled as one model, the two graphs p
 weights once: measured on that model's 22 layers, 8.7 GB of growth for the two compiled
 models against 4.6 GB for one holding both.
 
-How: each member graph becomes the then-body of an ``If`` of its own, whose else-body returns
-empty tensors, and each member has a boolean input choosing its ``If``. A member's partition
-binds its own flag (true), the other flags (false) and placeholder tensors for the other
-members' inputs once per infer request (``InputSpec`` kind "fixed"), so a call sets only its own
-inputs and only its own body runs. The plugin copies an ``If``'s inputs into the running body
-and its outputs out of it (1.5 ms per 23 MB: a decode step's f32 KV cache at 519 positions) and
-does not fuse elementwise ops inside its bodies: the 1.1B Llama decoded 5-9% slower in
-alternating processes (DynamicCache moves its whole cache in and out each step), prefill within
-2%. A trade of speed for memory, so it is the ``share_weights=True`` option, not the default;
-smaller models and bf16 models are left alone (below).
+How: one member may run at the top level of the merged model; every other member becomes the
+then-body of an ``If`` of its own, whose else-body returns empty tensors, chosen by a boolean
+input. A member's partition binds its flag (true), the other flags (false) and placeholder tensors
+for the other members' inputs once per infer request (``InputSpec`` kind "fixed"), so a call sets
+only its own inputs and only its own body runs, besides the top-level member.
 
-When a partition computing in f32 with at least ``MIN_SHARED_BYTES`` (1 GB) of frozen weights
-in common with live partitions of the same device and compile configuration is compiled, the
-older members drop their compiled models first (their memory is then free for the new compile;
-their calls wait), and all are compiled into one model and rebound to it. If that compile fails, each is compiled
-alone again, as before. Partitions loaded from the model cache have no OpenVINO model to merge
-and stay alone. The index is weak: it keeps no partition, model or weight alive.
+The top-level member runs on every call: idle, on zeros of the sizes it was compiled for, when
+another member is called. So it must be cheap: at least ``TOP_LEVEL_RATIO`` times fewer
+multiply-adds than every other member (in ``generate()``, the decode step beside a prefill). In
+exchange it keeps what an ``If`` takes away: the plugin copies an ``If``'s inputs into the running
+body and its outputs out (1.5 ms per 23 MB, a decode step's f32 KV cache at 519 positions) and
+does not fuse elementwise ops inside its bodies. With every member in an ``If`` a 1.1B Llama
+decoded 5-9% slower (DynamicCache moves its whole cache in and out each step); with the decode
+step at the top level ~2%, for 29% less peak memory. What is left is outside the layers: the idle
+``If``'s outputs (45 for 22 layers) and inputs on each request (a 22-layer model 64 wide: 2.25
+against 1.79 ms per decode call, its layers' profiles equal). Hence ``share_weights="auto"``, the
+default, merges only when a member can run at the top level; ``True`` merges in any case.
+
+When a partition computing in f32 (bf16 models are left alone: ``PRECISIONS``) with at least
+``MIN_SHARED_BYTES`` (1 GB) of frozen weights in common with live partitions of the same device
+and compile configuration is compiled, the older members drop their compiled models first (their
+memory is then free for the new compile; their calls wait), and all are compiled into one model
+and rebound to it. If that compile fails, each is compiled alone again, as before. Partitions
+loaded from the model cache have no OpenVINO model to merge and stay alone. The index is weak: it
+keeps no partition, model or weight alive.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 import weakref
 from collections.abc import Sequence
@@ -39,12 +48,15 @@ import numpy as np
 import openvino as ov
 import openvino.opset16 as ops
 import torch
+import torch.fx
+from torch.fx.experimental.symbolic_shapes import optimization_hint
 
 from fxvino.devices import core
 from fxvino.lowering.convert import InputSpec, LoweredGraph, OutputSpec
 from fxvino.runtime import CompiledPartition
 
 logger = logging.getLogger("fxvino")
+aten = torch.ops.aten
 
 # Below this many bytes in common, speed is worth more than a second packed copy: the plugin does
 # not fuse elementwise ops inside an If's bodies (no Snippets), and copies the running body's inputs
@@ -58,6 +70,11 @@ PRECISIONS = ("f32",)
 # A member keeps its lowered model for later merges; one holding more of its own memory (weights
 # copied or compressed while lowering) than this is not kept, as that memory would stay alive.
 MAX_OWNED_BYTES = 16 << 20
+# A member this many times cheaper (multiply-adds at the sizes it was compiled for) than every other
+# runs at the top level of the merged model, not inside an If: no copies in or out and the plugin's
+# fusions intact, paid for by running it idle on example inputs whenever another member is called.
+# In generate() that is the decode step (one row) beside a prefill (the prompt's rows).
+TOP_LEVEL_RATIO = 8
 
 
 @dataclasses.dataclass
@@ -71,10 +88,75 @@ class _Own:
     device: str
     config: dict[str, Any]
     name: str
+    example: Example | None  # what it was compiled for; None: never run idle at the top level
 
     @classmethod
-    def of(cls, lowered: LoweredGraph, weights: dict[int, int], device: str, config: dict[str, Any], name: str) -> _Own:
-        return cls(lowered.model, list(lowered.inputs), list(lowered.outputs), weights, device, config, name)
+    def of(
+        cls,
+        lowered: LoweredGraph,
+        weights: dict[int, int],
+        device: str,
+        config: dict[str, Any],
+        name: str,
+        example: Example | None,
+    ) -> _Own:
+        return cls(lowered.model, list(lowered.inputs), list(lowered.outputs), weights, device, config, name, example)
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    """A graph's work and runtime arguments at the sizes it was compiled for (Dynamo's hints)."""
+
+    work: int  # multiply-adds of its products
+    args: tuple[Any, ...]  # per runtime argument: (sizes, dtype) of a tensor, or a number
+
+
+_PRODUCTS = {
+    aten.mm.default: 0,
+    aten.bmm.default: 0,
+    aten.addmm.default: 1,
+    aten.baddbmm.default: 1,
+}  # -> the argument whose last dim is the contraction
+
+
+def example_of(graph: torch.fx.Graph, runtime_args: Sequence[Any]) -> Example | None:
+    """The graph's ``Example``, from its nodes' fake values; None when a size has no hint."""
+    try:
+        work = 0
+        for node in graph.nodes:
+            if node.op != "call_function":
+                continue
+            if node.target in _PRODUCTS:
+                left = node.args[_PRODUCTS[node.target]].meta["val"]
+                work += _numel(node.meta["val"].shape) * _hint(left.shape[-1])
+            elif node.target is aten.convolution.default:
+                weight = node.args[1].meta["val"]
+                work += _numel(node.meta["val"].shape) * _numel(weight.shape[1:])
+            elif node.target is aten._scaled_dot_product_flash_attention_for_cpu.default:
+                q, k = (a.meta["val"] for a in node.args[:2])
+                work += 2 * _numel(q.shape) * _hint(k.shape[-2])
+        return Example(work, tuple(_example_arg(a) for a in runtime_args))
+    except Exception:  # noqa: BLE001 - no example: the member is only ever run inside an If
+        return None
+
+
+def _example_arg(node: Any) -> Any:
+    value = node.meta["val"] if isinstance(node, torch.fx.Node) else node
+    if isinstance(value, torch.Tensor):
+        return tuple(_hint(d) for d in value.shape), value.dtype
+    if isinstance(value, torch.SymInt | int):
+        return _hint(value)
+    if isinstance(value, torch.SymFloat | float):
+        return float(optimization_hint(value) if isinstance(value, torch.SymFloat) else value)
+    raise TypeError(f"no example for a {type(value).__name__}")
+
+
+def _hint(size: Any) -> int:
+    return int(optimization_hint(size))
+
+
+def _numel(shape: Sequence[Any]) -> int:
+    return math.prod(_hint(d) for d in shape)
 
 
 _lock = threading.Lock()
@@ -131,11 +213,12 @@ def remember(
     device: str,
     config: dict[str, Any],
     name: str,
+    example: Example | None,
 ) -> None:
     """Index ``partition`` as one that later partitions may share its weights with (if it reads
     enough of them, and its lowered model holds little memory of its own)."""
     if sum(weights.values()) >= MIN_SHARED_BYTES and owned_bytes(lowered.model, weights) <= MAX_OWNED_BYTES:
-        _index(partition, _Own.of(lowered, weights, device, config, name))
+        _index(partition, _Own.of(lowered, weights, device, config, name, example))
 
 
 def _index(partition: CompiledPartition, own: _Own) -> None:
@@ -145,20 +228,30 @@ def _index(partition: CompiledPartition, own: _Own) -> None:
 
 
 def compile_together(
-    lowered: LoweredGraph, weights: dict[int, int], device: str, config: dict[str, Any], name: str
+    lowered: LoweredGraph,
+    weights: dict[int, int],
+    device: str,
+    config: dict[str, Any],
+    name: str,
+    example: Example | None,
+    top_level_only: bool = False,
 ) -> CompiledPartition | None:
     """The new partition, compiled in one model with the live partitions it shares weights with,
-    which are rebound to that model; None when it has no such partners or the compile failed
+    which are rebound to that model; None when it has no such partners, none of them could run
+    at the top level and ``top_level_only`` (``share_weights="auto"``), or the compile failed
     (the partners then run on models compiled alone again)."""
     members = partners(weights, device, config)
     if not members:
         return None
-    new = _Own.of(lowered, weights, device, config, name)
+    new = _Own.of(lowered, weights, device, config, name, example)
     owns = [m.shared for m in members] + [new]
+    top = top_level(owns)
+    if top is None and top_level_only:
+        return None
     for m in members:  # their packed weights are freed before the merged compile packs them again
         m.suspend()
     try:
-        merged, bindings = merge([o.model for o in owns], [(o.inputs, o.outputs) for o in owns])
+        merged, bindings = merge([o.model for o in owns], [(o.inputs, o.outputs) for o in owns], top)
         compiled = core().compile_model(merged, device, config)
     except Exception as e:  # noqa: BLE001 - compiling each alone again is always possible
         logger.warning("fxvino: compiling %s with %s failed (%s); compiling them apart", name, _names(members), e)
@@ -175,8 +268,54 @@ def compile_together(
     inputs, outputs, copied = bindings[-1]
     partition = CompiledPartition(compiled, inputs, outputs, copied=copied)  # inference: nothing lent static
     _index(partition, new)
-    logger.info("fxvino: %s shares one compiled model (and its packed weights) with %s", name, _names(members))
+    logger.info(
+        "fxvino: %s shares one compiled model (and its packed weights) with %s%s",
+        name,
+        _names(members),
+        "" if top is None else f"; {owns[top[0]].name} runs at its top level",
+    )
     return partition
+
+
+def top_level(owns: Sequence[_Own]) -> tuple[int, tuple[ov.Tensor, ...]] | None:
+    """(index, idle inputs) of the member to run at the top level of the merged model: one at
+    least ``TOP_LEVEL_RATIO`` times cheaper than every other, with its example arguments as the
+    inputs it runs idle on (sizes that satisfy its graph, as a real call's do). None: all in Ifs."""
+    if len(owns) < 2 or any(o.example is None for o in owns):
+        return None
+    k = min(range(len(owns)), key=lambda i: owns[i].example.work)
+    cheapest = owns[k].example.work
+    if any(o.example.work < TOP_LEVEL_RATIO * max(cheapest, 1) for i, o in enumerate(owns) if i != k):
+        return None
+    try:
+        idle = _idle_inputs(owns[k])
+    except Exception:  # noqa: BLE001 - an input type numpy cannot fill: keep every member in an If
+        return None
+    return None if idle is None else (k, idle)
+
+
+def _idle_inputs(own: _Own) -> tuple[ov.Tensor, ...] | None:
+    """Zeros of the example's sizes for each model input (the first of each: zero indices are
+    always in range); None when the model's inputs do not take them."""
+    tensors = []
+    for spec, param in zip(own.inputs, own.model.get_parameters(), strict=True):
+        kind, shape = param.get_element_type(), param.get_partial_shape()
+        if spec.kind in ("tensor", "complex"):
+            sizes, _ = own.example.args[spec.position]
+            dims = list(sizes) + ([2] if spec.kind == "complex" else [])
+        elif spec.kind in ("symint", "symfloat"):
+            dims = []
+        elif spec.kind == "seed":
+            dims = [d.get_length() for d in shape]
+        else:
+            return None
+        if not shape.compatible(ov.PartialShape(dims)):
+            return None
+        tensor = ov.Tensor(kind, ov.Shape(dims))
+        array = tensor.data
+        array[...] = own.example.args[spec.position] if spec.kind in ("symint", "symfloat") else 0
+        tensors.append(tensor)
+    return tuple(tensors)
 
 
 def _names(members: Sequence[CompiledPartition]) -> str:
@@ -184,18 +323,30 @@ def _names(members: Sequence[CompiledPartition]) -> str:
 
 
 def merge(
-    models: Sequence[ov.Model], specs: Sequence[tuple[list[InputSpec], list[OutputSpec]]]
+    models: Sequence[ov.Model],
+    specs: Sequence[tuple[list[InputSpec], list[OutputSpec]]],
+    top: tuple[int, Sequence[ov.Tensor]] | None = None,
 ) -> tuple[ov.Model, list[tuple[list[InputSpec], list[OutputSpec], frozenset[int]]]]:
     """One model running any one of ``models``, and each one's input and output specs on it, with
-    the outputs that were static in its own model (the runtime copies them, as it did there)."""
-    flags = [ops.parameter([], ov.Type.boolean, name=f"run_{i}") for i in range(len(models))]
+    the outputs that were static in its own model (the runtime copies them, as it did there).
+
+    Each model runs inside an ``If`` of its own, chosen by a flag input, except ``top``'s (index,
+    inputs it runs idle on), which runs at the top level on every call."""
+    k_top, idle = top if top is not None else (-1, ())
+    flags: dict[int, ov.Node] = {}
     params: list[list[ov.Node]] = []
     results: list[ov.Node] = []
     first_result: list[int] = []
-    for flag, model in zip(flags, models, strict=True):
+    for k, model in enumerate(models):
         body = model.clone()
+        first_result.append(len(results))
+        if k == k_top:
+            params.append(list(body.get_parameters()))
+            results += [ops.result(r.input_value(0)) for r in body.get_results()]
+            continue
+        flags[k] = ops.parameter([], ov.Type.boolean, name=f"run_{k}")
         empty = [_empty_like(r) for r in body.get_results()]
-        branch = ops.if_op(flag)
+        branch = ops.if_op(flags[k])
         branch.set_then_body(body)
         branch.set_else_body(ov.Model(empty, []))
         outer = []
@@ -204,14 +355,18 @@ def merge(
             branch.set_input(o.output(0), p, None)
             outer.append(o)
         params.append(outer)
-        first_result.append(len(results))
         results += [ops.result(branch.set_output(r, e)) for r, e in zip(body.get_results(), empty, strict=True)]
-    merged = ov.Model(results, flags + [p for group in params for p in group], "shared_weights")
+    merged = ov.Model(results, list(flags.values()) + [p for group in params for p in group], "shared_weights")
     shared: dict[tuple, ov.Tensor] = {}  # one never-read buffer per type and shape
-    placeholders = [[InputSpec("fixed", -1, _placeholder(p, shared)) for p in group] for group in params]
+    placeholders = [
+        [InputSpec("fixed", -1, t) for t in idle]
+        if j == k_top
+        else [InputSpec("fixed", -1, _placeholder(p, shared)) for p in group]
+        for j, group in enumerate(params)
+    ]
     bindings = []
     for k, (inputs, outputs) in enumerate(specs):
-        bound = [InputSpec("fixed", -1, ov.Tensor(np.array(i == k))) for i in range(len(flags))]
+        bound = [InputSpec("fixed", -1, ov.Tensor(np.array(i == k))) for i in flags]
         for j, group in enumerate(placeholders):
             bound += inputs if j == k else group
         own = models[k].get_results()
