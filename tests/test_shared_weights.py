@@ -204,3 +204,41 @@ def test_owned_bytes_counts_constants_that_are_not_views_of_the_weights():
     y = ops.matmul(ops.matmul(x, shared, False, True), ops.concat([copied, copied], 0), False, False)
     model = ov.Model([y], [x])
     assert shared_weights.owned_bytes(model, shared_weights.weights_of({0: weight})) == 128 * 128 * 4
+
+
+def test_outputs_beside_a_top_level_graph_leave_their_if_packed_and_arrive_whole():
+    """Beside a top-level graph the others' outputs (any element type, rank 0 to 3, sizes known
+    only at run time) come out of their If as one flat tensor per type plus their sizes, and each
+    is read back as its own tensor, equal to the graph's own model's."""
+    from fxvino.devices import core
+    from fxvino.lowering.convert import InputSpec, OutputSpec
+    from fxvino.runtime import CompiledPartition
+
+    x = ops.parameter([-1, 3], ov.Type.f32)
+    outs = [
+        ops.multiply(x, np.float32(2)),  # f32 [?, 3]
+        ops.reduce_sum(x, np.int64([0, 1]), False),  # f32 scalar
+        ops.shape_of(x, "i64"),  # i64 [2]
+        ops.greater(ops.unsqueeze(x, np.int64(0)), np.float32(0)),  # boolean [1, ?, 3]
+    ]
+    cold = ov.Model([ops.result(o) for o in outs], [x])
+    y = ops.parameter([1, 3], ov.Type.f32)
+    hot = ov.Model([ops.result(ops.relu(y))], [y])
+    tensor = [InputSpec("tensor", 0)]
+    kinds = [(torch.float32, "tensor"), (torch.float32, "tensor"), (torch.int64, "tensor"), (torch.bool, "tensor")]
+    cold_outs = [OutputSpec(kind, i, dtype=dtype) for i, (dtype, kind) in enumerate(kinds)]
+    idle = (ov.Tensor(np.zeros((1, 3), np.float32)),)
+    merged, bindings = shared_weights.merge(
+        [hot, cold], [(tensor, [OutputSpec("tensor", 0, dtype=torch.float32)]), (tensor, cold_outs)], (0, idle)
+    )
+    assert len(merged.get_results()) == 1 + 4  # hot's output; f32, i64 and boolean flat tensors; sizes
+    compiled = core().compile_model(merged, "CPU")
+    on_merged = CompiledPartition(compiled, *bindings[1][:2], copied=bindings[1][2], packed=bindings[1][3])
+    alone = CompiledPartition(core().compile_model(cold, "CPU"), tensor, cold_outs)
+    top = CompiledPartition(compiled, *bindings[0][:2], copied=bindings[0][2], packed=bindings[0][3])
+    for rows in (4, 1, 7):
+        a = torch.randn(rows, 3)
+        for got, want in zip(on_merged(a), alone(a), strict=True):
+            assert got.dtype == want.dtype and torch.equal(got, want)
+        b = torch.randn(1, 3)
+        torch.testing.assert_close(top(b)[0], torch.relu(b))

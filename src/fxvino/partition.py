@@ -225,7 +225,7 @@ def _compile_partition(
         for i, a in enumerate(node.args)
         if isinstance(a, torch.fx.Node) and a.op == "get_attr"
     }
-    key, hit, together, weights, example = None, None, None, {}, None
+    key, hit, together, weights, member = None, None, None, {}, None
     try:
         with unset_fake_temporarily():  # constants are real tensors; AOTAutograd runs us in fake mode
             t0 = time.perf_counter()
@@ -248,9 +248,8 @@ def _compile_partition(
                 if weights:  # one compiled model with live partitions over the same weights
                     runtime_args = [node.args[i] for i in lowered.runtime_positions]
                     example = shared_weights.example_of(sub.graph, runtime_args)
-                    together = shared_weights.compile_together(
-                        lowered, weights, options.device, config, name, example, options.share_weights == "auto"
-                    )
+                    member = shared_weights.Member.of(lowered, weights, options.device, config, name, example)
+                    together = shared_weights.compile_together(member, options.share_weights == "auto")
                 if together is not None:
                     compiled = together.compiled
                 else:
@@ -287,8 +286,8 @@ def _compile_partition(
         partition = CompiledPartition(
             compiled, lowered.inputs, lowered.outputs, lend_static=report.kind in ("forward", "backward")
         )
-        if weights and hit is None:
-            shared_weights.remember(partition, lowered, weights, options.device, config, name, example)
+        if member is not None:
+            shared_weights.remember(partition, member)
     preport.partition_ref = weakref.ref(partition)
     if hit is not None:
         partition.mapping = hit.mapping  # the imported model reads the mapped file: keep it open

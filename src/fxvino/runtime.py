@@ -21,8 +21,8 @@ import math
 import queue
 import threading
 import weakref
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import openvino as ov
 import torch
@@ -63,6 +63,26 @@ def _torch_view_of(array: Any, dtype: torch.dtype | None) -> torch.Tensor:
     return view.view(dtype) if dtype is not None and view.dtype != dtype else view
 
 
+class Piece(NamedTuple):
+    """Where one output lies in a model that returns several outputs packed into one flat tensor
+    per element type, with every output's sizes in one i64 tensor (an idle ``If``'s outputs cost
+    each request per port: shared_weights.py)."""
+
+    data: int  # the port of the flat tensor
+    sizes: int  # the port of the sizes
+    start: int  # where this output's sizes begin there
+    rank: int
+    before: tuple[tuple[int, int], ...]  # (start, rank) of the outputs ahead of it in ``data``
+
+
+def _unpacked(request: ov.InferRequest, piece: Piece) -> Any:
+    sizes = request.get_output_tensor(piece.sizes).data
+    offset = sum(math.prod(int(n) for n in sizes[s : s + r]) for s, r in piece.before)
+    shape = tuple(int(n) for n in sizes[piece.start : piece.start + piece.rank])
+    flat = request.get_output_tensor(piece.data).data
+    return flat[offset : offset + math.prod(shape)].reshape(shape)
+
+
 class _Request:
     """An infer request and torch views of the buffers it owns (built once, reused)."""
 
@@ -90,8 +110,10 @@ class _Request:
         cores (BERT-base's 393 kB output cost 3 ms per 18 ms call on 2 cores that way)."""
         array = self.outputs.get(index)
         if array is None or (lend and self.lender.lend_static):
-            tensor = self.request.get_output_tensor(index)
             binding = self.binding
+            if index in binding.packed:
+                return _torch_view_of(_unpacked(self.request, binding.packed[index]).copy(), dtype)
+            tensor = self.request.get_output_tensor(index)
             lendable = (index not in binding.static_out and index not in binding.copied) or self.lender.lend_static
             if lend and lendable and tensor.byte_size >= LEND_BYTES:
                 array = tensor.data
@@ -108,7 +130,7 @@ class _Request:
 class _Binding:
     """A compiled model and how a partition's arguments and results map onto its ports."""
 
-    __slots__ = ("compiled", "inputs", "outputs", "call_inputs", "copy_in", "static_out", "fixed", "copied")
+    __slots__ = ("compiled", "inputs", "outputs", "call_inputs", "copy_in", "static_out", "fixed", "copied", "packed")
 
     def __init__(
         self,
@@ -116,8 +138,11 @@ class _Binding:
         inputs: Sequence[InputSpec],
         outputs: Sequence[OutputSpec],
         copied: frozenset[int] = frozenset(),
+        packed: Mapping[int, Piece] | None = None,
     ):
         self.compiled = compiled
+        # Output indices past the model's ports, read out of packed outputs (shared_weights.py).
+        self.packed = packed or {}
         # Outputs always copied, never lent, though their ports are dynamic: a graph's static
         # outputs run through an If (shared_weights.py). A lent output keeps its request, and so
         # the compiled model with its packed weights, alive.
@@ -152,12 +177,13 @@ class CompiledPartition:
         outputs: Sequence[OutputSpec],
         lend_static: bool = False,
         copied: frozenset[int] = frozenset(),
+        packed: Mapping[int, Piece] | None = None,
     ):
         # Training graphs: a forward's outputs are activations the backward frees, a backward's
         # are gradients the next zero_grad frees, so their memory is lent whatever their shape:
         # copying them cost more than OpenVINO's inference of BERT's forward and backward.
         self.lend_static = lend_static
-        self.binding: _Binding | None = _Binding(compiled, inputs, outputs, copied)
+        self.binding: _Binding | None = _Binding(compiled, inputs, outputs, copied, packed)
         # Requests are made on first use: not in the fake mode the compiler runs under.
         self._pool: queue.SimpleQueue[_Request] = queue.SimpleQueue()
         self._loans = threading.Lock()
@@ -186,9 +212,10 @@ class CompiledPartition:
         inputs: Sequence[InputSpec],
         outputs: Sequence[OutputSpec],
         copied: frozenset[int] = frozenset(),
+        packed: Mapping[int, Piece] | None = None,
     ) -> None:
         """Run on ``compiled`` from now on; requests made for the old model are not pooled again."""
-        binding = _Binding(compiled, inputs, outputs, copied)
+        binding = _Binding(compiled, inputs, outputs, copied, packed)
         with self._loans:
             self.binding = binding
             self._drain()
@@ -290,15 +317,20 @@ def _take(slot: _Request, spec: OutputSpec, args: Sequence[Any], lend: bool) -> 
     if spec.kind == "view":  # a view of an input: sizes and offset computed, the data is the input's
         position, strides, offset_index = spec.value
         base = args[position]
-        sizes = [int(s) for s in slot.request.get_output_tensor(spec.index).data]
-        offset = int(slot.request.get_output_tensor(offset_index).data)
+        sizes = [int(s) for s in _array(slot, spec.index)]
+        offset = int(_array(slot, offset_index))
         return base.as_strided(sizes, strides, base.storage_offset() + offset)
     if spec.kind == "complex":
         return torch.view_as_complex(slot.output(spec.index, torch.float32))
     if spec.kind == "symint":
-        return int(slot.request.get_output_tensor(spec.index).data)
+        return int(_array(slot, spec.index))
     if spec.kind == "symfloat":
-        return float(slot.request.get_output_tensor(spec.index).data)
+        return float(_array(slot, spec.index))
     if spec.kind == "symbool":
-        return bool(slot.request.get_output_tensor(spec.index).data)
+        return bool(_array(slot, spec.index))
     return slot.output(spec.index, spec.dtype, lend)
+
+
+def _array(slot: _Request, index: int) -> Any:
+    piece = slot.binding.packed.get(index)
+    return slot.request.get_output_tensor(index).data if piece is None else _unpacked(slot.request, piece)

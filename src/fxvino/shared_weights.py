@@ -19,11 +19,13 @@ multiply-adds than every other member (in ``generate()``, the decode step beside
 exchange it keeps what an ``If`` takes away: the plugin copies an ``If``'s inputs into the running
 body and its outputs out (1.5 ms per 23 MB, a decode step's f32 KV cache at 519 positions) and
 does not fuse elementwise ops inside its bodies. With every member in an ``If`` a 1.1B Llama
-decoded 5-9% slower (DynamicCache moves its whole cache in and out each step); with the decode
-step at the top level ~2%, for 29% less peak memory. What is left is outside the layers: the idle
-``If``'s outputs (45 for 22 layers) and inputs on each request (a 22-layer model 64 wide: 2.25
-against 1.79 ms per decode call, its layers' profiles equal). Hence ``share_weights="auto"``, the
-default, merges only when a member can run at the top level; ``True`` merges in any case.
+decoded 5-9% slower (DynamicCache moves its whole cache in and out each step). Each output port
+of the model also costs every request, idle or not (~18 µs each for a prefill's 45 outputs beside
+a decode step), so beside a top-level member the others' outputs leave their ``If`` packed: one
+flat tensor per element type and one of sizes, which the runtime splits (``runtime.Piece``). So
+laid out, decode runs as fast merged as apart (paired medians 0.996 and 1.003) for 29% less
+peak memory. Hence ``share_weights="auto"``, the default, merges only when a member can run at
+the top level; ``True`` merges in any case.
 
 When a partition computing in f32 (bf16 models are left alone: ``PRECISIONS``) with at least
 ``MIN_SHARED_BYTES`` (1 GB) of frozen weights in common with live partitions of the same device
@@ -41,7 +43,7 @@ import logging
 import math
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -53,7 +55,7 @@ from torch.fx.experimental.symbolic_shapes import optimization_hint
 
 from fxvino.devices import core
 from fxvino.lowering.convert import InputSpec, LoweredGraph, OutputSpec
-from fxvino.runtime import CompiledPartition
+from fxvino.runtime import CompiledPartition, Piece
 
 logger = logging.getLogger("fxvino")
 aten = torch.ops.aten
@@ -78,7 +80,7 @@ TOP_LEVEL_RATIO = 8
 
 
 @dataclasses.dataclass
-class _Own:
+class Member:
     """What a member was lowered to on its own: what merging starts from."""
 
     model: ov.Model
@@ -99,7 +101,7 @@ class _Own:
         config: dict[str, Any],
         name: str,
         example: Example | None,
-    ) -> _Own:
+    ) -> Member:
         return cls(lowered.model, list(lowered.inputs), list(lowered.outputs), weights, device, config, name, example)
 
 
@@ -206,44 +208,28 @@ def partners(weights: dict[int, int], device: str, config: dict[str, Any]) -> li
     return [p for p in found if not p._closed]
 
 
-def remember(
-    partition: CompiledPartition,
-    lowered: LoweredGraph,
-    weights: dict[int, int],
-    device: str,
-    config: dict[str, Any],
-    name: str,
-    example: Example | None,
-) -> None:
+def remember(partition: CompiledPartition, member: Member) -> None:
     """Index ``partition`` as one that later partitions may share its weights with (if it reads
     enough of them, and its lowered model holds little memory of its own)."""
-    if sum(weights.values()) >= MIN_SHARED_BYTES and owned_bytes(lowered.model, weights) <= MAX_OWNED_BYTES:
-        _index(partition, _Own.of(lowered, weights, device, config, name, example))
+    weights = member.weights
+    if sum(weights.values()) >= MIN_SHARED_BYTES and owned_bytes(member.model, weights) <= MAX_OWNED_BYTES:
+        _index(partition, member)
 
 
-def _index(partition: CompiledPartition, own: _Own) -> None:
+def _index(partition: CompiledPartition, own: Member) -> None:
     partition.shared = own
     with _lock:
         _live.add(partition)
 
 
-def compile_together(
-    lowered: LoweredGraph,
-    weights: dict[int, int],
-    device: str,
-    config: dict[str, Any],
-    name: str,
-    example: Example | None,
-    top_level_only: bool = False,
-) -> CompiledPartition | None:
+def compile_together(new: Member, top_level_only: bool = False) -> CompiledPartition | None:
     """The new partition, compiled in one model with the live partitions it shares weights with,
     which are rebound to that model; None when it has no such partners, none of them could run
     at the top level and ``top_level_only`` (``share_weights="auto"``), or the compile failed
     (the partners then run on models compiled alone again)."""
-    members = partners(weights, device, config)
+    members = partners(new.weights, new.device, new.config)
     if not members:
         return None
-    new = _Own.of(lowered, weights, device, config, name, example)
     owns = [m.shared for m in members] + [new]
     top = top_level(owns)
     if top is None and top_level_only:
@@ -252,32 +238,32 @@ def compile_together(
         m.suspend()
     try:
         merged, bindings = merge([o.model for o in owns], [(o.inputs, o.outputs) for o in owns], top)
-        compiled = core().compile_model(merged, device, config)
+        compiled = core().compile_model(merged, new.device, new.config)
     except Exception as e:  # noqa: BLE001 - compiling each alone again is always possible
-        logger.warning("fxvino: compiling %s with %s failed (%s); compiling them apart", name, _names(members), e)
+        logger.warning("fxvino: compiling %s with %s failed (%s); compiling them apart", new.name, _names(members), e)
         for m in members:
             own = m.shared
             try:
-                m.rebind(core().compile_model(own.model, device, config), own.inputs, own.outputs)
+                m.rebind(core().compile_model(own.model, own.device, own.config), own.inputs, own.outputs)
             except Exception:  # noqa: BLE001 - its calls then run in PyTorch (_GuardedPartition), reported
                 logger.exception("fxvino: compiling %s alone again failed", own.name)
                 m.close()
         return None
     for m, binding in zip(members, bindings, strict=False):
         m.rebind(compiled, *binding)
-    inputs, outputs, copied = bindings[-1]
-    partition = CompiledPartition(compiled, inputs, outputs, copied=copied)  # inference: nothing lent static
+    inputs, outputs, copied, packed = bindings[-1]
+    partition = CompiledPartition(compiled, inputs, outputs, copied=copied, packed=packed)  # nothing lent static
     _index(partition, new)
     logger.info(
         "fxvino: %s shares one compiled model (and its packed weights) with %s%s",
-        name,
+        new.name,
         _names(members),
         "" if top is None else f"; {owns[top[0]].name} runs at its top level",
     )
     return partition
 
 
-def top_level(owns: Sequence[_Own]) -> tuple[int, tuple[ov.Tensor, ...]] | None:
+def top_level(owns: Sequence[Member]) -> tuple[int, tuple[ov.Tensor, ...]] | None:
     """(index, idle inputs) of the member to run at the top level of the merged model: one at
     least ``TOP_LEVEL_RATIO`` times cheaper than every other, with its example arguments as the
     inputs it runs idle on (sizes that satisfy its graph, as a real call's do). None: all in Ifs."""
@@ -294,7 +280,7 @@ def top_level(owns: Sequence[_Own]) -> tuple[int, tuple[ov.Tensor, ...]] | None:
     return None if idle is None else (k, idle)
 
 
-def _idle_inputs(own: _Own) -> tuple[ov.Tensor, ...] | None:
+def _idle_inputs(own: Member) -> tuple[ov.Tensor, ...] | None:
     """Zeros of the example's sizes for each model input (the first of each: zero indices are
     always in range); None when the model's inputs do not take them."""
     tensors = []
@@ -326,24 +312,34 @@ def merge(
     models: Sequence[ov.Model],
     specs: Sequence[tuple[list[InputSpec], list[OutputSpec]]],
     top: tuple[int, Sequence[ov.Tensor]] | None = None,
-) -> tuple[ov.Model, list[tuple[list[InputSpec], list[OutputSpec], frozenset[int]]]]:
+) -> tuple[ov.Model, list[tuple[list[InputSpec], list[OutputSpec], frozenset[int], dict[int, Piece]]]]:
     """One model running any one of ``models``, and each one's input and output specs on it, with
-    the outputs that were static in its own model (the runtime copies them, as it did there).
+    the outputs that were static in its own model (the runtime copies them, as it did there) and
+    where its packed outputs lie.
 
     Each model runs inside an ``If`` of its own, chosen by a flag input, except ``top``'s (index,
-    inputs it runs idle on), which runs at the top level on every call."""
+    inputs it runs idle on), which runs at the top level on every call. Beside a top-level model
+    the others' outputs leave their ``If``s packed, one flat tensor per element type and one of
+    sizes: each output port costs every request, and those models are rarely the one called."""
     k_top, idle = top if top is not None else (-1, ())
     flags: dict[int, ov.Node] = {}
     params: list[list[ov.Node]] = []
     results: list[ov.Node] = []
     first_result: list[int] = []
+    local_pieces: list[dict[int, Piece] | None] = []  # per model: own output -> Piece (ports local)
     for k, model in enumerate(models):
         body = model.clone()
         first_result.append(len(results))
         if k == k_top:
             params.append(list(body.get_parameters()))
             results += [ops.result(r.input_value(0)) for r in body.get_results()]
+            local_pieces.append(None)
             continue
+        pieces = None
+        if top is not None:
+            packed, pieces = _packed(body.get_results())
+            body = ov.Model(packed, body.get_parameters())
+        local_pieces.append(pieces)
         flags[k] = ops.parameter([], ov.Type.boolean, name=f"run_{k}")
         empty = [_empty_like(r) for r in body.get_results()]
         branch = ops.if_op(flags[k])
@@ -365,14 +361,47 @@ def merge(
         for j, group in enumerate(params)
     ]
     bindings = []
+    virtual = len(results)  # packed outputs get indices past the model's ports
     for k, (inputs, outputs) in enumerate(specs):
         bound = [InputSpec("fixed", -1, ov.Tensor(np.array(i == k))) for i in flags]
         for j, group in enumerate(placeholders):
             bound += inputs if j == k else group
-        own = models[k].get_results()
-        static = frozenset(first_result[k] + i for i, r in enumerate(own) if r.get_output_partial_shape(0).is_static)
-        bindings.append((bound, [_moved(o, first_result[k]) for o in outputs], static))
+        at, pieces = first_result[k], local_pieces[k]
+        if pieces is None:
+            own = models[k].get_results()
+            static = frozenset(at + i for i, r in enumerate(own) if r.get_output_partial_shape(0).is_static)
+            bindings.append((bound, [_moved(o, lambda i, at=at: at + i) for o in outputs], static, {}))
+            continue
+        base = virtual
+        virtual += len(pieces)
+        packed = {base + i: p._replace(data=at + p.data, sizes=at + p.sizes) for i, p in pieces.items()}
+        bindings.append((bound, [_moved(o, lambda i, base=base: base + i) for o in outputs], frozenset(), packed))
     return merged, bindings
+
+
+def _packed(results: Sequence[ov.Node]) -> tuple[list[ov.Node], dict[int, Piece]]:
+    """Results returning ``results``' values as one flat tensor per element type and one i64
+    tensor of all their sizes, and where each value lies (ports counted among the new results)."""
+    groups: dict[str, list[int]] = {}
+    starts, ranks, sizes = [], [], []
+    for i, r in enumerate(results):
+        shape = r.get_output_partial_shape(0)
+        if shape.rank.is_dynamic:
+            raise ValueError("an output of dynamic rank")
+        groups.setdefault(r.get_output_element_type(0).get_type_name(), []).append(i)
+        starts.append(sum(ranks))
+        ranks.append(shape.rank.get_length())
+        sizes.append(ops.shape_of(r.input_value(0), "i64").output(0))
+    flat_shape = ops.constant(np.array([-1], np.int64))
+    packed, pieces = [], {}
+    for members in groups.values():
+        flat = [ops.reshape(results[i].input_value(0), flat_shape, False).output(0) for i in members]
+        packed.append(ops.result(flat[0] if len(flat) == 1 else ops.concat(flat, 0)))
+        for n, i in enumerate(members):
+            before = tuple((starts[m], ranks[m]) for m in members[:n])
+            pieces[i] = Piece(len(packed) - 1, -1, starts[i], ranks[i], before)
+    packed.append(ops.result(ops.concat(sizes, 0) if sizes else ops.constant(np.zeros(0, np.int64))))
+    return packed, {i: p._replace(sizes=len(packed) - 1) for i, p in pieces.items()}
 
 
 def _empty_like(result: ov.Node) -> ov.Node:
@@ -394,10 +423,11 @@ def _placeholder(param: ov.Node, shared: dict[tuple, ov.Tensor]) -> ov.Tensor:
     return shared[key]
 
 
-def _moved(spec: OutputSpec, by: int) -> OutputSpec:
+def _moved(spec: OutputSpec, to: Callable[[int], int]) -> OutputSpec:
+    """``spec`` with its output indices mapped by ``to``."""
     if spec.kind == "python":
         return spec
     if spec.kind == "view":
         position, strides, offset_index = spec.value
-        return dataclasses.replace(spec, index=spec.index + by, value=(position, strides, offset_index + by))
-    return dataclasses.replace(spec, index=spec.index + by)
+        return dataclasses.replace(spec, index=to(spec.index), value=(position, strides, to(offset_index)))
+    return dataclasses.replace(spec, index=to(spec.index))
