@@ -66,8 +66,9 @@ aten = torch.ops.aten
 # model (a 1.1B Llama's decode steps 5-9%, for 3.8 GB less memory).
 MIN_SHARED_BYTES = 1 << 30
 # Only models that compute in f32. A bf16 1.1B-class Llama (11 layers, Zen 4, interleaved in one
-# process) decoded 8% slower merged (46.4 against 42.3 ms/token), and in bf16 the packed copy is
-# half the size (peak RSS was already 1.25x eager's on AMX).
+# process) decoded 8% slower merged in Ifs (46.4 against 42.3 ms/token), and 2% slower with its
+# decode step at the top level and outputs packed (paired median 1.02, prefill 1.028); in bf16 the
+# packed copy is half the size (peak RSS was already 1.25x eager's on AMX).
 PRECISIONS = ("f32",)
 # A member keeps its lowered model for later merges; one holding more of its own memory (weights
 # copied or compressed while lowering) than this is not kept, as that memory would stay alive.
