@@ -243,7 +243,8 @@ def _compile_partition(
                     raise _Blamed(e.node, f"lowering failed: {e.reason}") from e
                 t1 = time.perf_counter()
                 config = options.compile_config(lowered.plugin_config)
-                share = options.share_weights and report.kind == "inference" and shared_weights.eligible(config)
+                share = options.share_weights is not False  # True or "auto"
+                share = share and report.kind == "inference" and shared_weights.eligible(config)
                 weights = shared_weights.weights_of(constants) if share else {}
                 if weights:  # one compiled model with live partitions over the same weights
                     runtime_args = [node.args[i] for i in lowered.runtime_positions]

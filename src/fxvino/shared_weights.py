@@ -54,6 +54,7 @@ import torch.fx
 from torch.fx.experimental.symbolic_shapes import optimization_hint
 
 from fxvino.devices import core
+from fxvino.lowering import helpers as h
 from fxvino.lowering.convert import InputSpec, LoweredGraph, OutputSpec
 from fxvino.runtime import CompiledPartition, Piece
 
@@ -63,7 +64,7 @@ aten = torch.ops.aten
 # Below this many bytes in common, speed is worth more than a second packed copy: the plugin does
 # not fuse elementwise ops inside an If's bodies (no Snippets), and copies the running body's inputs
 # and outputs. BERT-base's batch-1 and dynamic graphs (0.44 GB shared) ran 9% and 2% slower as one
-# model (a 1.1B Llama's decode steps 5-9%, for 3.8 GB less memory).
+# model in Ifs (so were a 1.1B Llama's decode steps, by 5-9%, before one member ran at the top level).
 MIN_SHARED_BYTES = 1 << 30
 # Only models that compute in f32. A bf16 1.1B-class Llama (11 layers, Zen 4, interleaved in one
 # process) decoded 8% slower merged in Ifs (46.4 against 42.3 ms/token), and 2% slower with its
@@ -111,7 +112,7 @@ class Example:
     """A graph's work and runtime arguments at the sizes it was compiled for (Dynamo's hints)."""
 
     work: int  # multiply-adds of its products
-    args: tuple[Any, ...]  # per runtime argument: (sizes, dtype) of a tensor, or a number
+    args: tuple[Any, ...]  # per runtime argument: a tensor's sizes, or a number
 
 
 _PRODUCTS = {
@@ -146,11 +147,13 @@ def example_of(graph: torch.fx.Graph, runtime_args: Sequence[Any]) -> Example | 
 def _example_arg(node: Any) -> Any:
     value = node.meta["val"] if isinstance(node, torch.fx.Node) else node
     if isinstance(value, torch.Tensor):
-        return tuple(_hint(d) for d in value.shape), value.dtype
+        return tuple(_hint(d) for d in value.shape)
     if isinstance(value, torch.SymInt | int):
         return _hint(value)
-    if isinstance(value, torch.SymFloat | float):
-        return float(optimization_hint(value) if isinstance(value, torch.SymFloat) else value)
+    if isinstance(value, torch.SymFloat):
+        return float(value.node.hint)  # (optimization_hint takes ints only)
+    if isinstance(value, float):
+        return value
     raise TypeError(f"no example for a {type(value).__name__}")
 
 
@@ -217,8 +220,8 @@ def remember(partition: CompiledPartition, member: Member) -> None:
         _index(partition, member)
 
 
-def _index(partition: CompiledPartition, own: Member) -> None:
-    partition.shared = own
+def _index(partition: CompiledPartition, member: Member) -> None:
+    partition.shared = member
     with _lock:
         _live.add(partition)
 
@@ -288,8 +291,7 @@ def _idle_inputs(own: Member) -> tuple[ov.Tensor, ...] | None:
     for spec, param in zip(own.inputs, own.model.get_parameters(), strict=True):
         kind, shape = param.get_element_type(), param.get_partial_shape()
         if spec.kind in ("tensor", "complex"):
-            sizes, _ = own.example.args[spec.position]
-            dims = list(sizes) + ([2] if spec.kind == "complex" else [])
+            dims = list(own.example.args[spec.position]) + ([2] if spec.kind == "complex" else [])
         elif spec.kind in ("symint", "symfloat"):
             dims = []
         elif spec.kind == "seed":
@@ -393,15 +395,14 @@ def _packed(results: Sequence[ov.Node]) -> tuple[list[ov.Node], dict[int, Piece]
         starts.append(sum(ranks))
         ranks.append(shape.rank.get_length())
         sizes.append(ops.shape_of(r.input_value(0), "i64").output(0))
-    flat_shape = ops.constant(np.array([-1], np.int64))
     packed, pieces = [], {}
     for members in groups.values():
-        flat = [ops.reshape(results[i].input_value(0), flat_shape, False).output(0) for i in members]
+        flat = [h.reshape(results[i].input_value(0), [-1]) for i in members]
         packed.append(ops.result(flat[0] if len(flat) == 1 else ops.concat(flat, 0)))
         for n, i in enumerate(members):
             before = tuple((starts[m], ranks[m]) for m in members[:n])
             pieces[i] = Piece(len(packed) - 1, -1, starts[i], ranks[i], before)
-    packed.append(ops.result(ops.concat(sizes, 0) if sizes else ops.constant(np.zeros(0, np.int64))))
+    packed.append(ops.result(ops.concat(sizes, 0) if sizes else h.const(np.zeros(0), torch.int64)))
     return packed, {i: p._replace(sizes=len(packed) - 1) for i, p in pieces.items()}
 
 
