@@ -72,6 +72,18 @@ def test_second_compile_hits_and_skips_lowering(tmp_path):
     torch.testing.assert_close(out1, out2)
 
 
+def test_a_hit_imports_with_the_run_time_settings_its_graph_asked_for(tmp_path):
+    """A tiny graph runs on one unpinned thread (plugin_config.py); a compiled blob does not keep
+    those settings, so the entry stores them and a hit imports with them again."""
+    model, x = _mlp(), torch.randn(4, 16)
+    for run in range(2):
+        _, report = _run(model, x, tmp_path)
+        assert _stats(tmp_path).hits == run
+        compiled = report.graphs[0].ov_partitions[0].compiled
+        assert compiled.get_property("INFERENCE_NUM_THREADS") == 1, run
+        assert compiled.get_property("ENABLE_CPU_PINNING") is False, run
+
+
 def test_other_weights_never_hit_the_old_entry(tmp_path):
     x = torch.randn(4, 16)
     a, b = _mlp(seed=0), _mlp(seed=1)

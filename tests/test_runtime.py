@@ -294,3 +294,95 @@ def test_boolean_outputs_leave_openvino_as_u8_and_arrive_as_bool():
     (part,) = report.graphs[0].ov_partitions
     types = {o.get_element_type() for o in part.compiled.outputs}
     assert ov.Type.u8 in types and ov.Type.boolean not in types, types
+
+
+def _only_partition(fn, *args, **compile_kwargs):
+    with torch.no_grad(), collect_reports() as report:
+        out = torch.compile(fn, backend="fxvino", **compile_kwargs)(*args)
+    assert_all_on_openvino(report)
+    (part,) = report.graphs[0].ov_partitions
+    return out, part.compiled
+
+
+def test_a_tiny_static_graph_runs_on_the_calling_thread_unpinned():
+    """A graph whose work is a few thousand elements is compiled for one thread without pinning:
+    a second thread and the pinning of the caller cost more per inference than its kernels."""
+    x = torch.randn(16)
+    out, compiled = _only_partition(lambda x: torch.relu(x) + 1, x)
+    torch.testing.assert_close(out, torch.relu(x) + 1)
+    assert compiled.get_property("INFERENCE_NUM_THREADS") == 1
+    assert compiled.get_property("ENABLE_CPU_PINNING") is False
+
+
+def test_the_users_config_wins_over_the_tiny_graph_settings():
+    x = torch.randn(16)
+    config = {"INFERENCE_NUM_THREADS": 2, "ENABLE_CPU_PINNING": "YES"}
+    _, compiled = _only_partition(lambda x: torch.relu(x) + 1, x, options={"config": config})
+    assert compiled.get_property("INFERENCE_NUM_THREADS") == 2
+    assert compiled.get_property("ENABLE_CPU_PINNING") is True
+
+
+def _plugin_wishes(shape, build):
+    import openvino.opset13 as ops
+
+    from fxvino.lowering.plugin_config import plugin_config
+
+    p = ops.parameter(shape, ov.Type.f32)
+    return plugin_config(ov.Model([build(p, ops)], [p]))
+
+
+def test_only_static_graphs_of_little_work_are_tiny():
+    import numpy as np
+
+    from fxvino.lowering.plugin_config import TINY_WORK
+
+    def product(n):
+        return lambda p, ops: ops.matmul(p, ops.constant(np.ones((n, n), np.float32)), False, True)
+
+    def relu(p, ops):
+        return ops.relu(p)
+
+    assert _plugin_wishes([4, 64], product(64))["INFERENCE_NUM_THREADS"] == "1"  # 16384 multiply-adds
+    assert "INFERENCE_NUM_THREADS" not in _plugin_wishes([64, 512], product(512))  # 16.8M
+    assert _plugin_wishes([TINY_WORK], relu)["INFERENCE_NUM_THREADS"] == "1"
+    assert "INFERENCE_NUM_THREADS" not in _plugin_wishes([TINY_WORK + 1], relu)
+    assert "INFERENCE_NUM_THREADS" not in _plugin_wishes([-1, 4], relu)  # any size may come
+
+    def conv3x3(p, ops):
+        return ops.convolution(p, ops.constant(np.ones((16, 16, 3, 3), np.float32)), [1, 1], [1, 1], [1, 1], [1, 1])
+
+    conv = _plugin_wishes([1, 16, 32, 32], conv3x3)
+    assert "INFERENCE_NUM_THREADS" not in conv  # 16384 outputs of 144 multiply-adds each
+
+
+def test_plain_calls_copy_results_and_fall_back_for_another_dtype():
+    """A partition whose inputs are all copied in and outputs all static runs a shorter path
+    (``_Plain``): its results are fresh tensors of the graph's dtypes, and an argument it was not
+    built for takes the general path, which OpenVINO rejects and PyTorch then runs."""
+    import fxvino.partition as partition_module
+
+    captured = []
+    original = partition_module.CompiledPartition
+
+    def spy(*args, **kwargs):
+        captured.append(original(*args, **kwargs))
+        return captured[-1]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(partition_module, "CompiledPartition", spy)
+        fn = torch.compile(lambda x: (x > 0, (x * 2).to(torch.bfloat16)), backend="fxvino", dynamic=False)
+        x = torch.randn(8)
+        with torch.no_grad():
+            fn(x)
+    (part,) = captured
+    slot = part._pool.get_nowait()
+    assert slot.plain is not None
+    part._pool.put(slot)
+    mask, doubled = part(x)
+    again = part(-x)
+    assert mask.dtype == torch.bool and doubled.dtype == torch.bfloat16
+    assert torch.equal(mask, x > 0) and torch.equal(doubled, (x * 2).to(torch.bfloat16))
+    assert torch.equal(again[0], -x > 0)
+    with pytest.raises(Exception):  # noqa: B017 - OpenVINO's own error type
+        part(x.double())
+    torch.testing.assert_close(part(x)[1], (x * 2).to(torch.bfloat16))

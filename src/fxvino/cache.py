@@ -48,7 +48,7 @@ import tempfile
 import threading
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,7 @@ import torch
 import torch.fx
 
 from fxvino.lowering.convert import InputSpec, OutputSpec
+from fxvino.lowering.plugin_config import RUN_TIME
 
 logger = logging.getLogger("fxvino")
 
@@ -310,13 +311,15 @@ class ModelCache:
         self,
         key: str,
         device: str,
-        config: Mapping[str, Any],
+        config: Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any]],
         prefetched: Prefetch | None = None,
     ) -> CachedPartition | None:
         """The compiled partition stored under ``key``, or None (a miss, or a bad entry removed).
 
-        ``prefetched`` is a :meth:`prefetch` started before the key was known; it is used when
-        it is this key's path.
+        ``config`` is the import's OpenVINO config, or a function of the run-time properties the
+        graph asked for when it was compiled (stored beside the blob, which does not keep them)
+        that makes it. ``prefetched`` is a :meth:`prefetch` started before the key was known; it
+        is used when it is this key's path.
         """
         path = self.path(key)
         try:
@@ -340,6 +343,9 @@ class ModelCache:
             return None
         try:
             inputs, outputs, positions = specs_from_json(got.meta)
+            if callable(config):
+                wishes = got.meta.get("run_config")
+                config = config(wishes if isinstance(wishes, dict) else {})
             compiled = self._import(got.blob, device, config)
         except Exception as e:  # noqa: BLE001 - a blob OpenVINO rejects is rebuilt, never fatal
             self._discard(path, f"{type(e).__name__}: {e}")
@@ -775,7 +781,6 @@ def lookup(
     from fxvino.cache_key import PREFIX_LEN, graph_key, make_key, weights_key
 
     cache = cache_for(options.cache_dir)
-    config = options.compile_config()
     t0 = time.perf_counter()
     prefetched: Prefetch | None = None
     try:
@@ -796,7 +801,7 @@ def lookup(
     if prefetched is not None and prefetched.path != cache.path(key):
         prefetched.cancel()
     t1 = time.perf_counter()
-    hit = cache.load(key, options.device, config, prefetched)
+    hit = cache.load(key, options.device, options.compile_config, prefetched)
     t2 = time.perf_counter()
     cache._count("key_seconds", t1 - t0)
     cache._count("load_seconds", t2 - t1)
@@ -839,6 +844,9 @@ def store(options: Any, key: str, compiled: ov.CompiledModel, lowered: Any, name
         cache._count("skipped")
         return
     info: dict[str, Any] = {"partition": name, "device": options.device}
+    run_config = {k: v for k, v in lowered.plugin_config.items() if k in RUN_TIME}
+    if run_config:  # the blob does not keep them: the import passes them again
+        info["run_config"] = run_config
     if missed is not None:
         info["compile_seconds"] = round(t0 - missed, 4)
     cache.store(key, compiled, specs, options.cache_size, info)

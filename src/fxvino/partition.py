@@ -442,10 +442,13 @@ class _GuardedPartition:
 
 def _install(parent: torch.fx.GraphModule, node: torch.fx.Node, runner: Callable, single: bool, args: list) -> None:
     """Replace ``node``'s call_module by a call to ``runner`` with ``args``."""
+    fn: Any
     if single:
 
         def fn(*a: Any) -> Any:
             return runner(*a)[0]
+    elif isinstance(runner, _GuardedPartition):
+        fn = runner  # called directly: a wrapper's frame costs every call of the model
     else:
 
         def fn(*a: Any) -> Any:

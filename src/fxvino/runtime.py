@@ -83,10 +83,22 @@ def _unpacked(request: ov.InferRequest, piece: Piece) -> Any:
     return flat[offset : offset + math.prod(shape)].reshape(shape)
 
 
+class _Plain(NamedTuple):
+    """A request's whole call when every input is copied in and every output is static and
+    copied out: what the general path decides per argument and result, decided once. On the
+    ``torch.relu(x) + 1`` probe the general path spent 5.3 us around a 6.8 us inference, this
+    one 2.6."""
+
+    inputs: tuple[tuple[int, torch.Tensor, torch.dtype, torch.Size], ...]  # (position, view, dtype, shape)
+    # (the request's own array, the dtype to reinterpret its copy as, None if torch reads it right)
+    outputs: tuple[tuple[Any, torch.dtype | None], ...]
+    single: bool  # one output: built without a comprehension's frame
+
+
 class _Request:
     """An infer request and torch views of the buffers it owns (built once, reused)."""
 
-    __slots__ = ("request", "binding", "inputs", "outputs", "lent", "on_loan", "retired", "lender")
+    __slots__ = ("request", "binding", "inputs", "outputs", "lent", "on_loan", "retired", "lender", "plain")
 
     def __init__(self, binding: _Binding, lender: CompiledPartition | None = None):
         self.request = request = binding.compiled.create_infer_request()
@@ -99,6 +111,21 @@ class _Request:
         self.on_loan = False  # kept out of the pool until ``lent`` drops to 0
         self.retired = False  # never to be pooled again (its copy-in views went stale)
         self.lender = lender
+        self.plain = self._plain() if binding.plain and not (lender is not None and lender.lend_static) else None
+
+    def _plain(self) -> _Plain:
+        binding, request = self.binding, self.request
+        inputs = tuple(
+            (spec.position, view, view.dtype, view.shape)
+            for i, spec in binding.call_inputs
+            for view in (self.inputs[i],)
+        )
+        outputs = []
+        for spec in binding.outputs:
+            array = self.outputs[spec.index] = request.get_output_tensor(spec.index).data
+            read_as = torch.from_numpy(array).dtype
+            outputs.append((array, spec.dtype if spec.dtype is not None and spec.dtype != read_as else None))
+        return _Plain(inputs, tuple(outputs), len(outputs) == 1)
 
     def output(self, index: int, dtype: torch.dtype | None, lend: bool = False) -> torch.Tensor:
         """The output as a fresh tensor; a static output lives in one buffer, read in place.
@@ -130,7 +157,18 @@ class _Request:
 class _Binding:
     """A compiled model and how a partition's arguments and results map onto its ports."""
 
-    __slots__ = ("compiled", "inputs", "outputs", "call_inputs", "copy_in", "static_out", "fixed", "copied", "packed")
+    __slots__ = (
+        "compiled",
+        "inputs",
+        "outputs",
+        "call_inputs",
+        "copy_in",
+        "static_out",
+        "fixed",
+        "copied",
+        "packed",
+        "plain",
+    )
 
     def __init__(
         self,
@@ -165,6 +203,12 @@ class _Binding:
             if nbytes <= COPY_IN_BYTES:
                 self.copy_in.append((i, OV_TO_TORCH[port.get_element_type()]))
         self.static_out = frozenset(i for i, port in enumerate(compiled.outputs) if port.get_partial_shape().is_static)
+        # Every call input copied in, every result a static tensor output: requests get a _Plain.
+        copied_in = {i for i, _ in self.copy_in}
+        self.plain = all(spec.kind == "tensor" and i in copied_in for i, spec in self.call_inputs) and all(
+            spec.kind == "tensor" and spec.index in self.static_out and spec.index not in self.packed
+            for spec in self.outputs
+        )
 
 
 class CompiledPartition:
@@ -272,6 +316,28 @@ class CompiledPartition:
             slot = self._pool.get_nowait()
         except queue.Empty:
             slot = self._new_request()
+        plain = slot.plain
+        if plain is not None:
+            for position, view, dtype, shape in plain.inputs:
+                a = args[position]
+                if a.dtype != dtype or a.shape != shape:
+                    break  # the general path binds it instead
+                view.copy_(a)
+            else:
+                try:
+                    _infer(slot.request, _NO_INPUTS, True, False)
+                    if plain.single:
+                        array, dtype = plain.outputs[0]
+                        result = torch.from_numpy(array.copy())
+                        return (result if dtype is None else result.view(dtype),)
+                    return tuple([_torch_view_of(array.copy(), dtype) for array, dtype in plain.outputs])
+                finally:  # _put_back, inlined: nothing of a plain call is lent
+                    with self._loans:
+                        if not slot.retired and not self._closed and slot.binding is self.binding:
+                            self._pool.put(slot)
+        return self._call(slot, args)
+
+    def _call(self, slot: _Request, args: tuple[Any, ...]) -> tuple[Any, ...]:
         request, binding = slot.request, slot.binding
         # ov.Tensor(shared_memory=True) does not own its memory: ``alive`` keeps every buffer
         # we hand over (contiguous copies included) referenced until inference is done.
