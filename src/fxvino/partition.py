@@ -26,7 +26,7 @@ from torch.fx.passes.operator_support import OperatorSupport
 from fxvino import cache, isolation, shared_weights
 from fxvino.devices import core
 from fxvino.graph_edit import placeholders_to_attrs
-from fxvino.lowering import ensure_registered
+from fxvino.lowering import ensure_registered, plugin_config
 from fxvino.lowering.convert import LoweringError, fetch_attr, lower_graph
 from fxvino.lowering.registry import decline_reason, op_name
 from fxvino.lowering.views import view_chain
@@ -249,7 +249,8 @@ def _compile_partition(
                 if weights:  # one compiled model with live partitions over the same weights
                     runtime_args = [node.args[i] for i in lowered.runtime_positions]
                     example = shared_weights.example_of(sub.graph, runtime_args)
-                    member = shared_weights.Member.of(lowered, weights, options.device, config, name, example)
+                    merged_config = options.compile_config(plugin_config.merged(lowered.plugin_config))
+                    member = shared_weights.Member.of(lowered, weights, options.device, merged_config, name, example)
                     together = shared_weights.compile_together(member, options.share_weights == "auto")
                 if together is not None:
                     compiled = together.compiled

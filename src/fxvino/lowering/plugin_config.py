@@ -13,8 +13,10 @@ import math
 
 import openvino as ov
 
-# Properties the plugin applies when a compiled model is made or imported, not baked into its blob.
-RUN_TIME = ("INFERENCE_NUM_THREADS", "ENABLE_CPU_PINNING")
+# What a tiny graph asks for (``_tiny``). These are properties the plugin applies when a compiled
+# model is made or imported, not baked into its blob.
+TINY = {"INFERENCE_NUM_THREADS": "1", "ENABLE_CPU_PINNING": "NO"}
+RUN_TIME = tuple(TINY)
 
 # Multiply-adds plus elements written below which a static graph runs alone on the calling
 # thread (``_tiny``): measured on a 2-core Zen 4, a 4x256x256 product or 262144 elements through
@@ -141,6 +143,11 @@ def plugin_config(model: ov.Model) -> dict[str, str]:
     if _bf16_gated_mlp(ops):
         config["INFERENCE_PRECISION_HINT"] = "bf16"
     if _tiny(ops):
-        config["INFERENCE_NUM_THREADS"] = "1"
-        config["ENABLE_CPU_PINNING"] = "NO"
+        config.update(TINY)
     return config
+
+
+def merged(config: dict[str, str]) -> dict[str, str]:
+    """What a graph's wishes remain in a model compiled together with other graphs
+    (shared_weights.py): that model is not tiny."""
+    return {k: v for k, v in config.items() if k not in TINY}
