@@ -102,23 +102,29 @@ def test_inputs_are_read_afresh_each_call(numel):
     torch.testing.assert_close(second, x * 2 + 1)
 
 
-def test_copied_in_partition_survives_a_mismatched_call():
-    """A call whose input does not fit the request's buffer binds it instead (OpenVINO then
-    rejects it and the partition reruns eagerly); the next call must be correct again."""
+def _partitions_compiling(fn, *args):
+    """``fn`` compiled (static shapes) and called once on ``args``, and the CompiledPartitions made."""
     import fxvino.partition as partition_module
 
     captured = []
     original = partition_module.CompiledPartition
 
-    def spy(*args, **kwargs):
-        captured.append(original(*args, **kwargs))
+    def spy(*a, **kw):
+        captured.append(original(*a, **kw))
         return captured[-1]
 
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp, torch.no_grad():
         mp.setattr(partition_module, "CompiledPartition", spy)
-        fn = torch.compile(lambda x: torch.relu(x) + 1, backend="fxvino", dynamic=False)
-        x = torch.randn(8)
-        fn(x)
+        compiled = torch.compile(fn, backend="fxvino", dynamic=False)
+        compiled(*args)
+    return compiled, captured
+
+
+def test_copied_in_partition_survives_a_mismatched_call():
+    """A call whose input does not fit the request's buffer binds it instead (OpenVINO then
+    rejects it and the partition reruns eagerly); the next call must be correct again."""
+    x = torch.randn(8)
+    fn, captured = _partitions_compiling(lambda x: torch.relu(x) + 1, x)
     part = captured[0]
     with pytest.raises(Exception):  # noqa: B017 - OpenVINO's own error type
         part(torch.randn(9))
@@ -359,22 +365,8 @@ def test_plain_calls_copy_results_and_fall_back_for_another_dtype():
     """A partition whose inputs are all copied in and outputs all static runs a shorter path
     (``_Plain``): its results are fresh tensors of the graph's dtypes, and an argument it was not
     built for takes the general path, which OpenVINO rejects and PyTorch then runs."""
-    import fxvino.partition as partition_module
-
-    captured = []
-    original = partition_module.CompiledPartition
-
-    def spy(*args, **kwargs):
-        captured.append(original(*args, **kwargs))
-        return captured[-1]
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(partition_module, "CompiledPartition", spy)
-        fn = torch.compile(lambda x: (x > 0, (x * 2).to(torch.bfloat16)), backend="fxvino", dynamic=False)
-        x = torch.randn(8)
-        with torch.no_grad():
-            fn(x)
-    (part,) = captured
+    x = torch.randn(8)
+    _, (part,) = _partitions_compiling(lambda x: (x > 0, (x * 2).to(torch.bfloat16)), x)
     slot = part._pool.get_nowait()
     assert slot.plain is not None
     part._pool.put(slot)
