@@ -51,6 +51,7 @@ CONTENDERS = (
     "fxvino_shared_static",
     "fxvino_apart",  # share_weights=False: each graph its own compiled model (the default is "auto")
     "fxvino_apart_static",
+    "fxvino_keep_pages",  # page_out_weights=False: PyTorch's mapped weights stay resident after compiling
 )
 DEFAULT_CONTENDERS = ("eager", "inductor", "openvino", "optimum", "fxvino")
 SIZES: dict[str, dict[str, int]] = {
@@ -130,9 +131,11 @@ def _load(contender: str, path: Path, precision: str):
             quantize_(model, IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(128)))
 
         dynamic = True if contender == "fxvino_dynamic" else None  # every size dynamic from the first call
-        options = {}
+        options: dict[str, Any] = {}
         if contender.startswith(("fxvino_shared", "fxvino_apart")):
             options = {"share_weights": contender.startswith("fxvino_shared")}
+        if contender == "fxvino_keep_pages":
+            options = {"page_out_weights": False}
         model.forward = torch.compile(model.forward, backend="fxvino", dynamic=dynamic, options=options)
     return model
 
@@ -141,6 +144,15 @@ def _peak_rss_mb() -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _rss_mb() -> float | None:
+    """Resident memory now: what a server running the model keeps after its first calls."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError):
+        return None
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
@@ -179,6 +191,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "decode_ms": 1e3 * statistics.median(decode),
         "decode_min_ms": 1e3 * min(decode),
         "peak_rss_mb": _peak_rss_mb(),
+        "rss_after_mb": _rss_mb(),
         "tokens": tokens,
     }
 
@@ -214,7 +227,7 @@ def _run(contender: str, precision: str, args: argparse.Namespace, path: Path) -
 
 
 def _median(rows: list[dict], key: str) -> float | None:
-    values = [r[key] for r in rows if key in r]
+    values = [r[key] for r in rows if r.get(key) is not None]
     return statistics.median(values) if values else None
 
 
@@ -224,9 +237,9 @@ def _fmt(v: float | None, digits: int = 1) -> str:
 
 def _table(results: dict[tuple[str, str], list[dict]], contenders: list[str], precisions: list[str]) -> str:
     lines = [
-        "| precision | contender | prefill ms | decode ms/token (median / min) | tokens/s | peak RSS MB | first call s"
-        " | load s | tokens = eager's |",
-        "|---|---|--:|--:|--:|--:|--:|--:|--:|",
+        "| precision | contender | prefill ms | decode ms/token (median / min) | tokens/s | peak RSS MB"
+        " | RSS after MB | first call s | load s | tokens = eager's |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for precision in precisions:
         eager = next((r for r in results.get(("eager", precision), []) if "tokens" in r), None)
@@ -234,7 +247,7 @@ def _table(results: dict[tuple[str, str], list[dict]], contenders: list[str], pr
             rows = [r for r in results.get((c, precision), []) if "error" not in r]
             if not rows:
                 errors = {r.get("error", "") for r in results.get((c, precision), [])}
-                lines.append(f"| {precision} | {c} | failed: {'; '.join(sorted(errors))[:160]} |||||||| ")
+                lines.append(f"| {precision} | {c} | failed: {'; '.join(sorted(errors))[:160]} ||||||||| ")
                 continue
             decode = _median(rows, "decode_ms")
             pairs = zip(rows[0]["tokens"], eager["tokens"], strict=True) if eager else ()
@@ -242,7 +255,8 @@ def _table(results: dict[tuple[str, str], list[dict]], contenders: list[str], pr
             lines.append(
                 f"| {precision} | {c} | {_fmt(_median(rows, 'prefill_ms'))} | {_fmt(decode, 2)} / "
                 f"{_fmt(min(r['decode_min_ms'] for r in rows), 2)} | {_fmt(1e3 / decode if decode else None)} | "
-                f"{_fmt(_median(rows, 'peak_rss_mb'), 0)} | {_fmt(_median(rows, 'first_call_s'))} | "
+                f"{_fmt(_median(rows, 'peak_rss_mb'), 0)} | {_fmt(_median(rows, 'rss_after_mb'), 0)} | "
+                f"{_fmt(_median(rows, 'first_call_s'))} | "
                 f"{_fmt(_median(rows, 'load_s'))} | {same}/{len(rows[0]['tokens'])} |"
             )
     return "\n".join(lines)
@@ -270,6 +284,9 @@ def _ratios(results: dict, precisions: list[str]) -> list[str]:
                     p = _median(fx, "prefill_ms") / _median(ref, "prefill_ms")
                     rss = _median(fx, "peak_rss_mb") / _median(ref, "peak_rss_mb")
                     line = f"{precision}: {contender} / {other}: decode {d:.2f}x, prefill {p:.2f}x, peak RSS {rss:.2f}x"
+                    after, ref_after = _median(fx, "rss_after_mb"), _median(ref, "rss_after_mb")
+                    if after and ref_after:
+                        line += f", RSS after {after / ref_after:.2f}x"
                     if len(fx) == len(ref) > 1:  # the same rounds: a neighbour's burst hits one round's pair
                         pairs = [a["decode_ms"] / b["decode_ms"] for a, b in zip(fx, ref, strict=True)]
                         each = ", ".join(f"{r:.2f}" for r in pairs)

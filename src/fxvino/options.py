@@ -63,6 +63,8 @@ class Options:
     # Graphs over the same weights compile into one model (shared_weights.py): "auto" when one of
     # them can run at its top level, True always, False never.
     share_weights: bool | str = "auto"
+    # After compiling, frozen weights mapped from a file leave resident memory (weight_pages.py).
+    page_out_weights: bool = True
     mode: str = "default"
 
     @classmethod
@@ -89,7 +91,7 @@ class Options:
         kw: dict[str, Any] = {}
         if "device" in raw:
             kw["device"] = check_device(_expect(raw["device"], str, "device"))
-        for key in ("aot_autograd", "model_caching"):
+        for key in ("aot_autograd", "model_caching", "page_out_weights"):
             if key in raw:
                 kw[key] = _as_bool(raw[key], key)
         if "share_weights" in raw:

@@ -23,7 +23,7 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
-from fxvino import cache, isolation, shared_weights
+from fxvino import cache, isolation, shared_weights, weight_pages
 from fxvino.devices import core
 from fxvino.graph_edit import placeholders_to_attrs
 from fxvino.lowering import ensure_registered, plugin_config
@@ -277,6 +277,8 @@ def _compile_partition(
         _to_fallback(parent, node, sub, single, job, preport, why)
         return
     preport.lowering_seconds, preport.compile_seconds = t1 - t0, t2 - t1
+    if options.page_out_weights and report.kind == "inference":  # training weights are inputs
+        preport.paged_out_bytes = weight_pages.page_out(constants.values())
     note = dynamic_quantization_note(compiled)
     if note is not None and note not in report.notes:
         report.notes.append(note)
