@@ -97,7 +97,7 @@ def page_out(tensors: Iterable[torch.Tensor]) -> int:
         if i < 0 or hi > files[i][1]:
             continue  # not inside one file mapping
         if madvise(lo, hi - lo, MADV_PAGEOUT) != 0:
-            log.debug("madvise(MADV_PAGEOUT) failed with errno %d; not asking again", ctypes.get_errno())
+            log.debug("madvise(MADV_PAGEOUT) failed with errno %d; the rest stay resident", ctypes.get_errno())
             return asked
         asked += hi - lo
     return asked
