@@ -7,6 +7,7 @@ import ctypes
 import mmap
 import os
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -135,10 +136,13 @@ def test_a_model_loaded_from_safetensors_gives_its_weight_pages_back(disk_dir, p
 
     real = weight_pages.page_out
     monkeypatch.setattr(fxvino.partition.weight_pages, "page_out", recorded)
+    weight_pages.flush()  # requests left by other tests
     compiled = torch.compile(model, backend="fxvino", options={"page_out_weights": page_out})
     with fxvino.collect_reports() as report, torch.no_grad():
         got = compiled(ids).logits
         again = compiled(ids).logits
+    assert not after_compile  # asked for only once compiling has been quiet for a while
+    weight_pages.flush()  # what the quiet period's timer does
 
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(again, expected, rtol=1e-4, atol=1e-4)
@@ -146,8 +150,8 @@ def test_a_model_loaded_from_safetensors_gives_its_weight_pages_back(disk_dir, p
     assert sum(report.ov_ops.values()) > 0 and not report.fallbacks and not report.torch_ops
     if page_out:
         assert paged > 2 * (hi - lo)  # every projection's pages, not only this one's
-        # Gone once compiled. (At this size the plugin multiplies with the weights where they
-        # are, so its first call reads them back; a 1.1B Llama's stay out: README.)
+        # Gone when asked. (At this size the plugin multiplies with the weights where they are,
+        # so its next call reads them back; a 1.1B Llama's stay out: README.)
         assert after_compile and after_compile[0] < 0.05
         assert "file-mapped pages given back" in str(report)
     else:
@@ -155,6 +159,25 @@ def test_a_model_loaded_from_safetensors_gives_its_weight_pages_back(disk_dir, p
         assert _resident_fraction(weight) > 0.99
     with torch.no_grad():  # PyTorch still sees the whole weight
         torch.testing.assert_close(model(ids).logits, expected, rtol=0, atol=0)
+
+
+def test_pages_are_asked_for_once_compiling_has_been_quiet(disk_dir, monkeypatch):
+    monkeypatch.setattr(weight_pages, "QUIET_SECONDS", 0.3)
+    weight_pages.flush()
+    values = np.random.default_rng(1).standard_normal(1 << 20, dtype=np.float32)
+    weight = _mapped_weight(disk_dir / "w.bin", values)
+    weight.sum()
+
+    with weight_pages.compiling():  # a graph compiling now may read the weights again
+        weight_pages.page_out_later([weight])
+        time.sleep(0.8)
+        assert _resident_fraction(weight) > 0.99
+    assert _resident_fraction(weight) > 0.99  # the quiet period starts again
+    deadline = time.monotonic() + 10
+    while _resident_fraction(weight) > 0.05 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _resident_fraction(weight) < 0.05
+    np.testing.assert_array_equal(weight.numpy(), values)
 
 
 @pytest.mark.parametrize(("value", "parsed"), [(None, True), ("false", False), (True, True)])
