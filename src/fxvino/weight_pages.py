@@ -29,6 +29,7 @@ import ctypes
 import ctypes.util
 import functools
 import logging
+import mmap
 import sys
 import threading
 import weakref
@@ -40,7 +41,7 @@ import torch
 log = logging.getLogger(__name__)
 
 MADV_PAGEOUT = 21  # linux/mman-common.h
-PAGE = 4096
+PAGE = mmap.PAGESIZE
 # Longer than the gap between the compiles of one generate(): a prefill run plus Dynamo tracing the
 # decode step (~13 s for a 1.1B Llama's 512-token prompt on 2 cores).
 QUIET_SECONDS = 30.0
