@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import ctypes
-import mmap
 import os
 import sys
 import time
@@ -188,7 +187,3 @@ def test_page_out_weights_is_on_unless_set(value, parsed):
 def test_page_out_weights_rejects_what_is_not_a_bool():
     with pytest.raises(ValueError, match="option 'page_out_weights' must be a bool"):
         Options.parse({"page_out_weights": "sometimes"})
-
-
-def test_mmap_constant_is_the_kernels():
-    assert mmap.MADV_PAGEOUT == weight_pages.MADV_PAGEOUT
