@@ -140,9 +140,7 @@ class _Pager:
     def compiling(self) -> Iterator[None]:
         with self._lock:
             self._compiling += 1
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+            self._arm()  # disarms: nothing is asked while a compile runs
         try:
             yield
         finally:
@@ -154,9 +152,7 @@ class _Pager:
         """Makes the pending requests now; returns the bytes asked for."""
         with self._lock:
             pending, self._pending = self._pending, []
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+            self._arm()  # disarms: nothing is left to ask
         asked = 0
         for refs, report_ref in pending:
             tensors = [t for t in (r() for r in refs) if t is not None]
