@@ -176,14 +176,6 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         return time.perf_counter() - start, out
 
     first_s, out = generate(args.new)
-    if args.worker.startswith("fxvino"):
-        # fxvino pages PyTorch's mapped weights out once compiling has been quiet for 30 s, in a
-        # background thread: made now, it is counted in the first call and spares a timed one.
-        from fxvino import weight_pages
-
-        t = time.perf_counter()
-        weight_pages.flush()
-        first_s += time.perf_counter() - t
     tokens = out[0, args.prompt :].tolist()
     prefill, full = [], []
     for _ in range(args.repeats):

@@ -17,7 +17,7 @@ import fxvino.partition
 from fxvino import weight_pages
 from fxvino.options import Options
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_PAGEOUT is Linux's")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_DONTNEED on file pages is Linux's")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
@@ -38,7 +38,17 @@ def disk_dir(tmp_path):
 
 
 def _resident_fraction(t: torch.Tensor) -> float:
-    """Share of the whole pages under ``t`` that are in this process's memory (mincore)."""
+    """Share of the whole pages under ``t`` mapped in this process (the present bit of
+    /proc/self/pagemap): what counts in its resident memory."""
+    lo, hi = weight_pages._extent(t)
+    with open("/proc/self/pagemap", "rb") as f:
+        f.seek(lo // weight_pages.PAGE * 8)
+        entries = np.frombuffer(f.read((hi - lo) // weight_pages.PAGE * 8), dtype=np.uint64)
+    return float(((entries >> np.uint64(63)) & np.uint64(1)).mean())
+
+
+def _cached_fraction(t: torch.Tensor) -> float:
+    """Share of the whole pages under ``t`` in memory, mapped here or only in the page cache (mincore)."""
     lo, hi = weight_pages._extent(t)
     pages = (hi - lo) // weight_pages.PAGE
     vec = (ctypes.c_ubyte * pages)()
@@ -73,34 +83,70 @@ def test_maps_lines_name_private_file_mappings_only():
     ]
 
 
-def test_file_mapped_pages_leave_memory_and_come_back_unchanged(disk_dir):
+def test_file_mapped_pages_leave_memory_and_come_back_unchanged_from_the_page_cache(disk_dir):
     values = np.random.default_rng(0).standard_normal(1 << 20, dtype=np.float32)  # 4 MB
     weight = _mapped_weight(disk_dir / "w.bin", values)
     assert float(weight.sum()) == pytest.approx(float(values.sum()), rel=1e-4)  # every page read in
     assert _resident_fraction(weight) > 0.99
 
-    asked = weight_pages.page_out([weight])
+    released = weight_pages.release([weight])
 
-    assert asked >= weight.numel() * 4 - 2 * weight_pages.PAGE
+    assert released >= weight.numel() * 4 - 2 * weight_pages.PAGE
     assert _resident_fraction(weight) < 0.05
-    np.testing.assert_array_equal(weight.numpy(), values)  # read back from the file
+    assert _cached_fraction(weight) > 0.99  # still in the page cache: nothing is read from disk again
+    np.testing.assert_array_equal(weight.numpy(), values)
 
 
 def test_pages_changed_in_place_are_kept(disk_dir):
     values = np.ones(1 << 20, dtype=np.float32)
     weight = _mapped_weight(disk_dir / "w.bin", values)
-    weight.mul_(3.0)  # private copies of every page now: the file still holds ones
+    weight.sum()
+    half = weight.numel() // 2
+    weight[:half].mul_(3.0)  # private copies of the first half's pages now: the file still holds ones
 
-    weight_pages.page_out([weight])
+    weight_pages.release([weight])
 
-    assert _resident_fraction(weight) > 0.99
-    assert torch.equal(weight, torch.full_like(weight, 3.0))
+    assert torch.equal(weight[:half], torch.full((half,), 3.0))
+    assert torch.equal(weight[half:], torch.ones(weight.numel() - half))
+    weight[:half].fill_(1.0)  # the same bytes as the file's, yet private pages: still never released
+    weight_pages.release([weight])
+    first, second = weight[: half - 1024], weight[half + 1024 :]
+    assert _resident_fraction(first) > 0.99
+    assert _resident_fraction(second) < 0.05
 
 
 def test_anonymous_memory_is_not_asked_for():
     weight = torch.randn(1 << 20)
-    assert weight_pages.page_out([weight]) == 0
+    assert weight_pages.release([weight]) == 0
     assert _resident_fraction(weight) > 0.99
+
+
+def test_watched_pages_leave_memory_while_a_compile_reads_them_and_when_it_ends(disk_dir, monkeypatch):
+    monkeypatch.setattr(weight_pages, "TICK_SECONDS", 0.05)
+    monkeypatch.setattr(weight_pages, "GROWTH_BYTES", 1 << 20)
+    values = np.random.default_rng(1).standard_normal(1 << 21, dtype=np.float32)  # 8 MB
+    weight = _mapped_weight(disk_dir / "w.bin", values)
+
+    with weight_pages.compiling():
+        weight_pages.watch([weight])
+        weight.sum()  # what the plugin does when it packs the weight
+        deadline = time.monotonic() + 10
+        while _resident_fraction(weight) > 0.05 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _resident_fraction(weight) < 0.05  # released while still compiling
+        monkeypatch.setattr(weight_pages, "GROWTH_BYTES", 1 << 40)  # the watcher stops releasing
+        weight.sum()
+        time.sleep(0.2)
+        assert _resident_fraction(weight) > 0.99
+    assert _resident_fraction(weight) < 0.05  # released when the compile ends
+    np.testing.assert_array_equal(weight.numpy(), values)
+
+
+def test_weights_watched_outside_a_compile_are_released_at_once(disk_dir):
+    weight = _mapped_weight(disk_dir / "w.bin", np.ones(1 << 20, dtype=np.float32))
+    weight.sum()
+    weight_pages.watch([weight])
+    assert _resident_fraction(weight) < 0.05
 
 
 def _saved_and_loaded_llama(tmp_path):
@@ -116,7 +162,7 @@ def _saved_and_loaded_llama(tmp_path):
 
 
 @pytest.mark.parametrize("page_out", [True, False])
-def test_a_model_loaded_from_safetensors_gives_its_weight_pages_back(disk_dir, page_out, monkeypatch):
+def test_a_model_loaded_from_safetensors_keeps_its_weight_pages_out_of_memory(disk_dir, page_out, monkeypatch):
     model = _saved_and_loaded_llama(disk_dir)
     weight = model.model.layers[0].mlp.up_proj.weight
     lo, hi = weight_pages._extent(weight)
@@ -126,59 +172,37 @@ def test_a_model_loaded_from_safetensors_gives_its_weight_pages_back(disk_dir, p
     with torch.no_grad():
         expected = model(ids).logits
     assert _resident_fraction(weight) > 0.99
-    weight_pages.flush()  # requests left by other tests' compiles
-    after_compile = []
+    after_release = []
 
     def recorded(tensors):
         tensors = list(tensors)
-        asked = real(tensors)
+        released = real(tensors)
         if any(t.data_ptr() == weight.data_ptr() for t in tensors):  # frozen aliases of it
-            after_compile.append(_resident_fraction(weight))
-        return asked
+            after_release.append(_resident_fraction(weight))
+        return released
 
-    real = weight_pages.page_out
-    monkeypatch.setattr(fxvino.partition.weight_pages, "page_out", recorded)
+    real = weight_pages.release
+    monkeypatch.setattr(fxvino.partition.weight_pages, "release", recorded)
     compiled = torch.compile(model, backend="fxvino", options={"page_out_weights": page_out})
     with fxvino.collect_reports() as report, torch.no_grad():
         got = compiled(ids).logits
         again = compiled(ids).logits
-    assert not after_compile  # asked for only once compiling has been quiet for a while
-    weight_pages.flush()  # what the quiet period's timer does
 
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(again, expected, rtol=1e-4, atol=1e-4)
-    paged = sum(p.paged_out_bytes for g in report.graphs for p in g.partitions)
+    released = sum(p.released_weight_bytes for g in report.graphs for p in g.partitions)
     assert sum(report.ov_ops.values()) > 0 and not report.fallbacks and not report.torch_ops
     if page_out:
-        assert paged > 2 * (hi - lo)  # every projection's pages, not only this one's
-        # Gone when asked. (At this size the plugin multiplies with the weights where they are,
-        # so its next call reads them back; a 1.1B Llama's stay out: README.)
-        assert after_compile and after_compile[0] < 0.05
-        assert "file-mapped pages given back" in str(report)
+        assert released > 2 * (hi - lo)  # every projection's pages, not only this one's
+        # Gone once compiled. (At this size the plugin multiplies with the weights where they are,
+        # so its next call maps them again; a 1.1B Llama's stay out: README.)
+        assert after_release and after_release[-1] < 0.05
+        assert "kept out of resident memory" in str(report)
     else:
-        assert paged == 0 and not after_compile
+        assert released == 0 and not after_release
         assert _resident_fraction(weight) > 0.99
     with torch.no_grad():  # PyTorch still sees the whole weight
         torch.testing.assert_close(model(ids).logits, expected, rtol=0, atol=0)
-
-
-def test_pages_are_asked_for_once_compiling_has_been_quiet(disk_dir, monkeypatch):
-    monkeypatch.setattr(weight_pages, "QUIET_SECONDS", 0.3)
-    weight_pages.flush()
-    values = np.random.default_rng(1).standard_normal(1 << 20, dtype=np.float32)
-    weight = _mapped_weight(disk_dir / "w.bin", values)
-    weight.sum()
-
-    with weight_pages.compiling():  # a graph compiling now may read the weights again
-        weight_pages.page_out_later([weight])
-        time.sleep(0.8)
-        assert _resident_fraction(weight) > 0.99
-    assert _resident_fraction(weight) > 0.99  # the quiet period starts again
-    deadline = time.monotonic() + 10
-    while _resident_fraction(weight) > 0.05 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _resident_fraction(weight) < 0.05
-    np.testing.assert_array_equal(weight.numpy(), values)
 
 
 @pytest.mark.parametrize(("value", "parsed"), [(None, True), ("false", False), (True, True)])

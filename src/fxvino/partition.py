@@ -105,7 +105,7 @@ def _split_and_compile(
             if reasons[n] is None and n not in in_partition and n.target is not operator.getitem:
                 job.report.torch_ops[op_name(n.target)] += 1
         fused = partitioner.fuse_partitions(partitions)
-    with weight_pages.compiling():  # no page-out while compiles may read the weights
+    with weight_pages.compiling():  # the weights' mapped pages leave memory as the compiles read them
         for node in list(fused.graph.find_nodes(op="call_module")):
             if not node.target.startswith("fused_"):
                 continue
@@ -226,6 +226,8 @@ def _compile_partition(
         for i, a in enumerate(node.args)
         if isinstance(a, torch.fx.Node) and a.op == "get_attr"
     }
+    if options.page_out_weights and report.kind == "inference":  # training weights are inputs
+        weight_pages.watch(constants.values(), preport)  # read by hashing and compiling below
     key, hit, together, weights, member = None, None, None, {}, None
     try:
         with unset_fake_temporarily():  # constants are real tensors; AOTAutograd runs us in fake mode
@@ -278,8 +280,6 @@ def _compile_partition(
         _to_fallback(parent, node, sub, single, job, preport, why)
         return
     preport.lowering_seconds, preport.compile_seconds = t1 - t0, t2 - t1
-    if options.page_out_weights and report.kind == "inference":  # training weights are inputs
-        weight_pages.page_out_later(constants.values(), preport)
     note = dynamic_quantization_note(compiled)
     if note is not None and note not in report.notes:
         report.notes.append(note)

@@ -49,8 +49,8 @@ class PartitionReport:
     ops: collections.Counter
     lowering_seconds: float = 0.0
     compile_seconds: float = 0.0
-    # Bytes of the frozen weights' file-backed pages given back after compiling (weight_pages.py).
-    paged_out_bytes: int = 0
+    # Bytes of the frozen weights mapped from a file, kept out of resident memory (weight_pages.py).
+    released_weight_bytes: int = 0
     on_openvino: bool = True
     # The runtime partition, weakly: a report must not keep a compiled model alive after a reset.
     partition_ref: weakref.ref | None = dataclasses.field(default=None, repr=False, compare=False)
@@ -115,9 +115,9 @@ class GraphReport:
         ]
         if self.frozen_inputs:
             lines.append(f"  {self.frozen_inputs} parameters/buffers frozen into OpenVINO constants")
-        paged_out = sum(p.paged_out_bytes for p in self.partitions)
-        if paged_out:
-            lines.append(f"  {paged_out / 2**20:.0f} MB of their file-mapped pages given back to the kernel")
+        released = sum(p.released_weight_bytes for p in self.partitions)
+        if released:
+            lines.append(f"  {released / 2**20:.0f} MB of them mapped from a file, kept out of resident memory")
         if self.folded_nodes:
             lines.append(f"  {self.folded_nodes} ops on constants only evaluated once at compile time")
         lines.extend(f"  note: {n}" for n in self.notes)

@@ -1,55 +1,62 @@
-"""Gives back the resident memory of PyTorch weights that a compiled OpenVINO model holds its
-own copy of.
+"""Keeps the pages of PyTorch weights that a compiled OpenVINO model holds its own copy of out
+of resident memory.
 
 OpenVINO's CPU plugin repacks each frozen weight into its own layout when it compiles a model.
 After that, the PyTorch tensors the weights came from are read again only by an eager fallback
 or by the user's own code, yet they stay resident beside the packed copy. When they were loaded
 zero-copy from a file (transformers and diffusers map safetensors checkpoints whose stored dtype
-is the one asked for), their pages are clean pages of a private file mapping: the kernel can drop
-them from this process and read them back from the file on the next access, so nothing is lost.
-``madvise(MADV_PAGEOUT)`` asks exactly that (Linux 5.4+). A 1.1B-parameter f32 Llama after
-``generate()``: 9.4 -> 5.2 GB resident.
+is the one asked for), their pages are clean pages of a private file mapping:
+``madvise(MADV_DONTNEED)`` unmaps them from this process, they stay in the kernel's page cache
+(reclaimable, shared, not this process's resident memory), and the next access maps them again
+unchanged. Nothing is lost and nothing is read from disk again.
 
-Only pages inside private file mappings are asked for: anonymous memory (weights built or
-converted in Python) cannot be dropped without swap, and a page changed in place (a fused LoRA)
-is anonymous too. If OpenVINO does read a weight in place (an embedding table's Gather), its
-pages simply come back on the next call.
+The plugin reads every weight while it compiles, so the pages would all be resident, beside the
+growing packed copy, at the end of each compile: that is the process's peak (a 1.1B-parameter
+f32 Llama: 4.35 GB of mapped weights plus 4.4 GB packed). While a compile runs, a thread therefore
+releases the watched weights' pages whenever the process's file-backed memory has grown by
+``GROWTH_BYTES``, and once more when the compile ends.
 
-The request waits until fxvino has compiled nothing for ``QUIET_SECONDS``: dropped pages leave the
-page cache too, so a compile that reads the weights again reads them from disk (4.2 GB took 3-5 s
-on the development machine), and ``generate()`` compiles three graphs over the same weights within
-a few seconds of each other. Asking after each compile made its first call 69.0 -> 77.8 s.
+Only pages the kernel can give back unchanged are released: ``/proc/self/pagemap`` tells each
+page's state, and a page changed in place (a fused LoRA: the kernel made it a private anonymous
+copy) or swapped out is left alone, as is anonymous memory (weights built or converted in
+Python). A weight written from another thread while its own graph compiles is a race already
+(the compile may freeze either value); a write landing between the pagemap read and the release
+would be lost with it.
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import ctypes
 import ctypes.util
 import functools
 import logging
 import mmap
+import os
 import sys
 import threading
 import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
 
 log = logging.getLogger(__name__)
 
-MADV_PAGEOUT = 21  # linux/mman-common.h
+MADV_DONTNEED = 4  # linux/mman-common.h
 PAGE = mmap.PAGESIZE
-# Longer than the gap between the compiles of one generate(): a prefill run plus Dynamo tracing the
-# decode step (~13 s for a 1.1B Llama's 512-token prompt on 2 cores).
-QUIET_SECONDS = 30.0
+# /proc/self/pagemap, one 64-bit entry per page (Documentation/admin-guide/mm/pagemap.rst).
+_PRESENT, _SWAPPED, _FILE = np.uint64(1 << 63), np.uint64(1 << 62), np.uint64(1 << 61)
+# How often a compile's watcher looks at the process's file-backed memory, and by how much it must
+# have grown for a release (a release of 4.35 GB of weights scans their pagemap in ~40 ms).
+TICK_SECONDS = 0.2
+GROWTH_BYTES = 64 << 20
 
 
 @functools.cache
 def _madvise() -> ctypes._CFuncPtr | None:
-    """libc's madvise, or None where there is no MADV_PAGEOUT to ask for (not Linux)."""
+    """libc's madvise, or None where pages cannot be released this way (not Linux)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -93,87 +100,128 @@ def _extent(t: torch.Tensor) -> tuple[int, int] | None:
     return (lo, hi) if hi > lo else None
 
 
-def page_out(tensors: Iterable[torch.Tensor]) -> int:
-    """Asks the kernel to drop the file-backed pages under ``tensors``; returns the bytes asked
-    for (0 where nothing is file-backed or the platform cannot)."""
+def _in_files(extents: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The extents that lie wholly inside one private file mapping, merged where they overlap."""
+    files = file_backed_ranges()
+    inside = sorted(e for e in set(extents) if any(s <= e[0] and e[1] <= end for s, end in files))
+    merged: list[tuple[int, int]] = []
+    for lo, hi in inside:
+        if merged and lo <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+        else:
+            merged.append((lo, hi))
+    return merged
+
+
+def _releasable_runs(pagemap: int, lo: int, hi: int) -> list[tuple[int, int]]:
+    """Runs of pages in [lo, hi) that read back unchanged once unmapped: not a private copy (a
+    page present but not the file's) and not swapped out."""
+    entries = np.frombuffer(os.pread(pagemap, (hi - lo) // PAGE * 8, lo // PAGE * 8), dtype=np.uint64)
+    private = ((entries & _PRESENT) != 0) & ((entries & _FILE) == 0) | ((entries & _SWAPPED) != 0)
+    if not private.any():
+        return [(lo, hi)]
+    edges = np.flatnonzero(np.diff(np.concatenate(([1], private.view(np.int8), [1]))))
+    return [(lo + int(a) * PAGE, lo + int(b) * PAGE) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+
+
+def release(tensors: Iterable[torch.Tensor]) -> int:
+    """Unmaps the clean file-backed pages under ``tensors`` from this process; returns the bytes
+    of their extents that lie in file mappings (0 where nothing does or the platform cannot)."""
     madvise = _madvise()
     if madvise is None:
         return 0
-    extents = {e for t in tensors if isinstance(t, torch.Tensor) for e in [_extent(t)] if e is not None}
+    extents = _in_files(e for t in tensors if isinstance(t, torch.Tensor) for e in [_extent(t)] if e is not None)
     if not extents:
         return 0
-    files = file_backed_ranges()
-    starts = [s for s, _ in files]
-    asked = 0
-    for lo, hi in sorted(extents):
-        i = bisect.bisect_right(starts, lo) - 1
-        if i < 0 or hi > files[i][1]:
-            continue  # not inside one file mapping
-        if madvise(lo, hi - lo, MADV_PAGEOUT) != 0:
-            log.debug("madvise(MADV_PAGEOUT) failed with errno %d; the rest stay resident", ctypes.get_errno())
-            return asked
-        asked += hi - lo
-    return asked
+    try:
+        pagemap = os.open("/proc/self/pagemap", os.O_RDONLY)
+    except OSError:
+        return 0
+    try:
+        for lo, hi in extents:
+            for a, b in _releasable_runs(pagemap, lo, hi):
+                if madvise(a, b - a, MADV_DONTNEED) != 0:
+                    log.debug("madvise(MADV_DONTNEED) failed with errno %d; the rest stay", ctypes.get_errno())
+                    return 0
+    finally:
+        os.close(pagemap)
+    return sum(hi - lo for lo, hi in extents)
 
 
-class _Pager:
-    """Page-outs asked for after compiling, made once no compile has run for ``QUIET_SECONDS``.
+def _file_resident() -> int:
+    """Bytes of this process's resident file-backed (and shared) memory (``/proc/self/statm``)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[2]) * PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
 
-    One per process, like the ``ov.Core``: it holds weak references only, and delays nothing but
-    these requests."""
+
+class _Watcher:
+    """The weights of the graphs compiling now; their pages are released while the compiles read
+    them, and once more when the last compile ends.
+
+    One per process, like the ``ov.Core``: it holds weak references only, and only while a
+    compile runs."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pending: list[tuple[list[weakref.ref], Any]] = []  # (tensors, report to credit)
-        self._timer: threading.Timer | None = None
         self._compiling = 0
+        self._watched: list[tuple[list[weakref.ref], Any]] = []  # (tensors, report to credit)
+        self._stop: threading.Event | None = None
 
-    def later(self, tensors: Iterable[torch.Tensor], report: Any = None) -> None:
+    def watch(self, tensors: Iterable[torch.Tensor], report: Any = None) -> None:
         refs = [weakref.ref(t) for t in tensors if isinstance(t, torch.Tensor) and _extent(t) is not None]
         if not refs:
             return
+        entry = (refs, weakref.ref(report) if report is not None else None)
         with self._lock:
-            self._pending.append((refs, weakref.ref(report) if report is not None else None))
-            self._arm()
+            if self._compiling:
+                self._watched.append(entry)
+                if self._stop is None:
+                    self._stop = threading.Event()
+                    threading.Thread(target=self._tick, args=(self._stop,), daemon=True, name="fxvino-pages").start()
+                return
+        self._release([entry], credit=True)
 
     @contextlib.contextmanager
     def compiling(self) -> Iterator[None]:
         with self._lock:
             self._compiling += 1
-            self._arm()  # disarms: nothing is asked while a compile runs
         try:
             yield
         finally:
             with self._lock:
                 self._compiling -= 1
-                self._arm()
+                last = not self._compiling
+                if last:
+                    watched, self._watched = self._watched, []
+                    if self._stop is not None:
+                        self._stop.set()
+                        self._stop = None
+            if last:
+                self._release(watched, credit=True)
 
-    def flush(self) -> int:
-        """Makes the pending requests now; returns the bytes asked for."""
-        with self._lock:
-            pending, self._pending = self._pending, []
-            self._arm()  # disarms: nothing is left to ask
-        asked = 0
-        for refs, report_ref in pending:
+    def _tick(self, stop: threading.Event) -> None:
+        baseline = _file_resident()
+        while not stop.wait(TICK_SECONDS):
+            if _file_resident() - baseline < GROWTH_BYTES:
+                continue
+            with self._lock:
+                watched = list(self._watched)
+            self._release(watched, credit=False)
+            baseline = _file_resident()
+
+    @staticmethod
+    def _release(watched: list[tuple[list[weakref.ref], Any]], credit: bool) -> None:
+        for refs, report_ref in watched:
             tensors = [t for t in (r() for r in refs) if t is not None]
-            n = page_out(tensors)
-            asked += n
-            report = report_ref() if report_ref is not None else None
+            n = release(tensors)
+            report = report_ref() if report_ref is not None and credit else None
             if report is not None:
-                report.paged_out_bytes += n
-        return asked
-
-    def _arm(self) -> None:  # with the lock held
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._pending and not self._compiling:
-            self._timer = threading.Timer(QUIET_SECONDS, self.flush)
-            self._timer.daemon = True
-            self._timer.start()
+                report.released_weight_bytes += n
 
 
-_pager = _Pager()
-page_out_later = _pager.later
-compiling = _pager.compiling
-flush = _pager.flush
+_watcher = _Watcher()
+watch = _watcher.watch
+compiling = _watcher.compiling
