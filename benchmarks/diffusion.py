@@ -16,7 +16,8 @@ process; rounds are interleaved (order reversed every other round); the table sh
 ``fxvino_warm`` runs with ``model_caching`` after a priming process filled the cache: its first
 image is a warm start; its rows also show where the cache's time went (``cache`` in the JSON
 lines: weights key, blob check, import, and whether a graph was set aside because its hits cost
-more than compiling it). ``--profile PATH`` writes a cProfile of each
+more than compiling it). ``fxvino_keep_pages`` is fxvino with ``page_out_weights=False``: PyTorch's
+mapped weights stay resident beside OpenVINO's copy. ``--profile PATH`` writes a cProfile of each
 worker's first image to ``PATH.<contender>.<precision>.prof``.
 
 bf16 means: eager and Inductor under CPU autocast, OpenVINO (wheel, native, fxvino) with
@@ -42,7 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 RESULT = "DIFFUSION-RESULT "
 # traced_eager: Dynamo and AOTAutograd trace as fxvino does, then PyTorch runs the traced graph.
 # Its first image is "eager's first image plus tracing", the anchor of the warm-start goal.
-CONTENDERS = ("eager", "traced_eager", "inductor", "openvino", "native", "fxvino", "fxvino_warm")
+CONTENDERS = ("eager", "traced_eager", "inductor", "openvino", "native", "fxvino", "fxvino_warm", "fxvino_keep_pages")
 
 
 def _checkpoint(cache: Path, size: str) -> Path:
@@ -183,6 +184,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             opts = {"precision": p}
             if c == "fxvino_warm":
                 opts |= {"model_caching": True, "cache_dir": args.fxvino_cache}
+            if c == "fxvino_keep_pages":  # PyTorch's mapped weights stay resident (weight_pages.py)
+                opts |= {"page_out_weights": False}
             unet_c = torch.compile(unet, backend="fxvino", options=opts)
             dec_c = torch.compile(decoder, backend="fxvino", options=opts)
         else:

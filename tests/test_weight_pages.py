@@ -205,6 +205,42 @@ def test_a_model_loaded_from_safetensors_keeps_its_weight_pages_out_of_memory(di
         torch.testing.assert_close(model(ids).logits, expected, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("page_out", [True, False])
+def test_a_cache_hit_releases_the_blob_pages_it_imported_from(disk_dir, page_out, monkeypatch):
+    """With ``model_caching``, a hit maps the stored blob and the plugin packs the weights from it:
+    the blob's pages leave resident memory too (SD 1.5's UNet and VAE, warm: 8.6 -> 5.4 GB peak)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 64)).eval()
+    x = torch.randn(4, 256)
+    options = {"model_caching": True, "cache_dir": str(disk_dir / "cache"), "page_out_weights": page_out}
+    blob_after_release = []
+
+    def recorded(tensors):
+        tensors = list(tensors)
+        released = real(tensors)
+        blob_after_release.extend(_resident_fraction(t) for t in tensors if t.dtype == torch.uint8)
+        return released
+
+    real = weight_pages.release
+    monkeypatch.setattr(weight_pages, "release", recorded)
+    for run in ("store", "hit"):
+        fxvino.reset()
+        compiled = torch.compile(model, backend="fxvino", options=options)
+        with fxvino.collect_reports() as report, torch.no_grad():
+            got = compiled(x)
+            torch.testing.assert_close(got, model(x))
+        assert not report.fallbacks
+        if run == "store":
+            assert not blob_after_release  # nothing mapped from the cache yet
+    partition = report.graphs[0].partitions[0].partition_ref()
+    assert partition.mapping.nbytes > 1 << 20  # the blob holds the 1 MB of weights
+    if page_out:
+        assert blob_after_release and max(blob_after_release) < 0.05
+    else:
+        assert not blob_after_release
+    fxvino.reset()
+
+
 @pytest.mark.parametrize(("value", "parsed"), [(None, True), ("false", False), (True, True)])
 def test_page_out_weights_is_on_unless_set(value, parsed):
     assert Options.parse({} if value is None else {"page_out_weights": value}).page_out_weights == parsed

@@ -57,6 +57,7 @@ import openvino as ov
 import torch
 import torch.fx
 
+from fxvino import weight_pages
 from fxvino.lowering.convert import InputSpec, OutputSpec
 from fxvino.lowering.plugin_config import RUN_TIME
 
@@ -313,13 +314,16 @@ class ModelCache:
         device: str,
         config: Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any]],
         prefetched: Prefetch | None = None,
+        release_pages: bool = False,
     ) -> CachedPartition | None:
         """The compiled partition stored under ``key``, or None (a miss, or a bad entry removed).
 
         ``config`` is the import's OpenVINO config, or a function of the run-time properties the
         graph asked for when it was compiled (stored beside the blob, which does not keep them)
         that makes it. ``prefetched`` is a :meth:`prefetch` started before the key was known; it
-        is used when it is this key's path.
+        is used when it is this key's path. With ``release_pages``, the blob's pages that import
+        reads leave resident memory as the compile's weights do (weight_pages.py): the plugin
+        packs its own copy of the weights from them.
         """
         path = self.path(key)
         try:
@@ -346,6 +350,8 @@ class ModelCache:
             if callable(config):
                 wishes = got.meta.get("run_config")
                 config = config(wishes if isinstance(wishes, dict) else {})
+            if release_pages:
+                weight_pages.watch([torch.from_numpy(got.blob)])
             compiled = self._import(got.blob, device, config)
         except Exception as e:  # noqa: BLE001 - a blob OpenVINO rejects is rebuilt, never fatal
             self._discard(path, f"{type(e).__name__}: {e}")
@@ -801,7 +807,7 @@ def lookup(
     if prefetched is not None and prefetched.path != cache.path(key):
         prefetched.cancel()
     t1 = time.perf_counter()
-    hit = cache.load(key, options.device, options.compile_config, prefetched)
+    hit = cache.load(key, options.device, options.compile_config, prefetched, options.page_out_weights)
     t2 = time.perf_counter()
     cache._count("key_seconds", t1 - t0)
     cache._count("load_seconds", t2 - t1)

@@ -35,7 +35,6 @@ import mmap
 import os
 import sys
 import threading
-import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -161,20 +160,19 @@ class _Watcher:
     """The weights of the graphs compiling now; their pages are released while the compiles read
     them, and once more when the last compile ends.
 
-    One per process, like the ``ov.Core``: it holds weak references only, and only while a
-    compile runs."""
+    One per process, like the ``ov.Core``. It holds the watched tensors only while a compile
+    runs, when the graphs being compiled hold them anyway."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._compiling = 0
-        self._watched: list[tuple[list[weakref.ref], Any]] = []  # (tensors, report to credit)
+        self._watched: list[tuple[list[torch.Tensor], Any]] = []  # (tensors, report to credit)
         self._stop: threading.Event | None = None
 
     def watch(self, tensors: Iterable[torch.Tensor], report: Any = None) -> None:
-        refs = [weakref.ref(t) for t in tensors if isinstance(t, torch.Tensor) and _extent(t) is not None]
-        if not refs:
+        entry = ([t for t in tensors if isinstance(t, torch.Tensor) and _extent(t) is not None], report)
+        if not entry[0]:
             return
-        entry = (refs, weakref.ref(report) if report is not None else None)
         with self._lock:
             if self._compiling:
                 self._watched.append(entry)
@@ -213,12 +211,10 @@ class _Watcher:
             baseline = _file_resident()
 
     @staticmethod
-    def _release(watched: list[tuple[list[weakref.ref], Any]], credit: bool) -> None:
-        for refs, report_ref in watched:
-            tensors = [t for t in (r() for r in refs) if t is not None]
+    def _release(watched: list[tuple[list[torch.Tensor], Any]], credit: bool) -> None:
+        for tensors, report in watched:
             n = release(tensors)
-            report = report_ref() if report_ref is not None and credit else None
-            if report is not None:
+            if credit and report is not None:
                 report.released_weight_bytes += n
 
 
