@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import openvino as ov
 import torch
 
+from fxvino import heap
 from fxvino.lowering.convert import InputSpec, OutputSpec
 from fxvino.lowering.types import OV_TO_TORCH, to_ov_tensor
 
@@ -156,6 +157,14 @@ class _Request:
         return _torch_view_of(array.copy(), dtype)
 
 
+def _static_bytes(port: ov.ConstOutput) -> int:
+    """Bytes of a static-shaped port, 0 for a dynamic one."""
+    shape = port.get_partial_shape()
+    if not shape.is_static:
+        return 0
+    return port.get_element_type().size * math.prod(int(d) for d in shape.to_shape())
+
+
 class _Binding:
     """A compiled model and how a partition's arguments and results map onto its ports."""
 
@@ -170,6 +179,7 @@ class _Binding:
         "copied",
         "packed",
         "plain",
+        "trim_pending",
     )
 
     def __init__(
@@ -201,12 +211,15 @@ class _Binding:
             copyable = spec.kind in ("tensor", "complex", "seed") and port.get_element_type() in OV_TO_TORCH
             if not copyable or not shape.is_static:
                 continue
-            nbytes = port.get_element_type().size * math.prod(int(d) for d in shape.to_shape())
-            if nbytes <= COPY_IN_BYTES:
+            if _static_bytes(port) <= COPY_IN_BYTES:
                 self.copy_in.append((i, OV_TO_TORCH[port.get_element_type()]))
+        # The plugin's own buffers for the static inputs fxvino binds are freed at the first call:
+        # the heap is trimmed after it when they are large (heap.py).
+        copied_in = {i for i, _ in self.copy_in}
+        bound = sum(_static_bytes(port) for i, port in enumerate(compiled.inputs) if i not in copied_in)
+        self.trim_pending = bound >= heap.TRIM_BYTES
         self.static_out = frozenset(i for i, port in enumerate(compiled.outputs) if port.get_partial_shape().is_static)
         # Every call input copied in, every result a static tensor output: requests get a _Plain.
-        copied_in = {i for i, _ in self.copy_in}
         self.plain = all(spec.kind == "tensor" and i in copied_in for i, spec in self.call_inputs) and all(
             spec.kind == "tensor" and spec.index in self.static_out and spec.index not in self.packed
             for spec in self.outputs
@@ -369,6 +382,9 @@ class CompiledPartition:
                 alive.append(a)
                 request.set_input_tensor(i, to_ov_tensor(a))
             _infer(request, _NO_INPUTS, True, False)  # inputs are set; results are read below
+            if binding.trim_pending:
+                binding.trim_pending = False
+                heap.trim()
             lend = self._on_loan < MAX_LENT
             return tuple(_take(slot, spec, args, lend) for spec in binding.outputs)
         finally:
