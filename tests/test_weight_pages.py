@@ -161,6 +161,27 @@ def _saved_and_loaded_llama(tmp_path):
     return LlamaForCausalLM.from_pretrained(tmp_path).eval()
 
 
+@pytest.mark.parametrize(
+    ("stored", "loaded", "mapped"),
+    [
+        (torch.bfloat16, torch.bfloat16, True),
+        (torch.float32, torch.float32, True),
+        (torch.bfloat16, torch.float32, False),
+    ],
+)
+def test_transformers_maps_a_checkpoint_loaded_in_its_stored_dtype(tmp_path, stored, loaded, mapped):
+    """README's premise: only a load in the stored dtype leaves PyTorch's weights file-mapped."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=1, num_attention_heads=4
+    )
+    LlamaForCausalLM(config).to(stored).save_pretrained(tmp_path)
+    weight = LlamaForCausalLM.from_pretrained(tmp_path, dtype=loaded).model.layers[0].mlp.up_proj.weight
+    lo, hi = weight_pages._extent(weight)
+    assert any(s <= lo and hi <= e for s, e in weight_pages.file_backed_ranges()) == mapped
+
+
 @pytest.mark.parametrize("page_out", [True, False])
 def test_a_model_loaded_from_safetensors_keeps_its_weight_pages_out_of_memory(disk_dir, page_out, monkeypatch):
     model = _saved_and_loaded_llama(disk_dir)
