@@ -15,11 +15,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import logging
 import sys
 from collections.abc import Callable
-
-log = logging.getLogger(__name__)
 
 # Bound static inputs, in bytes, from which a compiled model's first call trims the heap.
 TRIM_BYTES = 64 << 20

@@ -26,6 +26,7 @@ would be lost with it.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import ctypes
 import ctypes.util
@@ -102,7 +103,13 @@ def _extent(t: torch.Tensor) -> tuple[int, int] | None:
 def _in_files(extents: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     """The extents that lie wholly inside one private file mapping, merged where they overlap."""
     files = file_backed_ranges()
-    inside = sorted(e for e in set(extents) if any(s <= e[0] and e[1] <= end for s, end in files))
+    starts = [s for s, _ in files]
+
+    def inside_one(lo: int, hi: int) -> bool:  # /proc/self/maps has ~1,000 lines with torch loaded
+        i = bisect.bisect_right(starts, lo) - 1
+        return i >= 0 and hi <= files[i][1]
+
+    inside = sorted(e for e in set(extents) if inside_one(*e))
     merged: list[tuple[int, int]] = []
     for lo, hi in inside:
         if merged and lo <= merged[-1][1]:
