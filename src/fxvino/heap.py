@@ -13,28 +13,16 @@ made once per compiled model, and only when its bound static inputs reach ``TRIM
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import functools
-import sys
-from collections.abc import Callable
+
+from fxvino import libc
 
 # Bound static inputs, in bytes, from which a compiled model's first call trims the heap.
 TRIM_BYTES = 64 << 20
 
 
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
+def _malloc_trim():
     """glibc's malloc_trim, or None (another C library, another platform)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return trim
+    return libc.function("malloc_trim", (ctypes.c_size_t,), ctypes.c_int)
 
 
 def trim() -> bool:

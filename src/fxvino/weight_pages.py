@@ -29,18 +29,17 @@ from __future__ import annotations
 import bisect
 import contextlib
 import ctypes
-import ctypes.util
-import functools
 import logging
 import mmap
 import os
-import sys
 import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 import torch
+
+from fxvino import libc
 
 log = logging.getLogger(__name__)
 
@@ -54,19 +53,9 @@ TICK_SECONDS = 0.2
 GROWTH_BYTES = 64 << 20
 
 
-@functools.cache
-def _madvise() -> ctypes._CFuncPtr | None:
+def _madvise():
     """libc's madvise, or None where pages cannot be released this way (not Linux)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
-        return None
-    madvise = libc.madvise
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    madvise.restype = ctypes.c_int
-    return madvise
+    return libc.function("madvise", (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int)
 
 
 def file_backed_ranges(maps: str | None = None) -> list[tuple[int, int]]:
