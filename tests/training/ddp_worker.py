@@ -92,3 +92,11 @@ def main() -> None:
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     main()
+    # Skip interpreter finalization. Gloo's worker thread may still be destroying the last
+    # collective's work, whose tensors hold Python objects: a decref that needs the GIL while the
+    # interpreter finalizes ends the thread inside a noexcept destructor, and the rank aborts
+    # ("terminate called without an active exception"; pytorch/pytorch#190489, eager DDP too).
+    # Everything this rank owes is written above.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
