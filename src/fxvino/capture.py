@@ -179,7 +179,7 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
         **(training.aot_partitioning() if options.aot_autograd else {}),
     )
     try:
-        with _gc_paused():
+        with _gc_paused(), training.backward_compiled_early() if options.aot_autograd else contextlib.nullcontext():
             compiled = backend(gm, example_inputs)
         # Only when the graph takes Dynamo's own arguments: no lifted parameters, no deduplication.
         if direct and direct[0][1] == len(example_inputs) and plain_call:

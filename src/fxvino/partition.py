@@ -23,7 +23,7 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
-from fxvino import cache, isolation, shared_weights, weight_pages
+from fxvino import cache, isolation, shared_weights, training, weight_pages
 from fxvino.devices import core
 from fxvino.graph_edit import placeholders_to_attrs
 from fxvino.lowering import ensure_registered, plugin_config
@@ -267,6 +267,8 @@ def _compile_partition(
                         raise blamed from e
                     if key is not None:
                         cache.store(options, key, compiled, lowered, name)
+                    if report.kind == "backward":  # compiled with its forward (training.py)
+                        preport.primed = training.prime(compiled, lowered.model)
             t2 = time.perf_counter()
     except _Blamed as b:
         if job.isolations < isolation.MAX_ISOLATIONS:

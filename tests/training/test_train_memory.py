@@ -45,3 +45,58 @@ def test_training_graphs_hold_no_large_constants():
     for graph in report.graphs:
         for part in graph.ov_partitions:
             assert largest_constant_bytes(part.compiled) < 1 << 20, graph.kind
+
+
+class _Wide(torch.nn.Module):
+    """Six 16 MB layers: the backward reads five weights (80 MB; the first layer's input gradient is
+    not needed) and the activations, above heap.TRIM_BYTES, so it is primed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(2048, 2048) for _ in range(6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = torch.nn.functional.gelu(layer(x))
+        return x
+
+
+def test_the_backward_is_compiled_and_primed_with_the_forward():
+    torch.manual_seed(0)
+    model = _Wide()
+    twin = copy.deepcopy(model)
+    x = torch.randn(16, 2048, generator=torch.Generator().manual_seed(1))
+    compiled = torch.compile(model, backend="fxvino", options=TRAINING)
+    with fxvino.collect_reports() as report:
+        loss = compiled(x).square().mean()
+        # Before any backward() the backward is compiled already, and was run once on zeros.
+        kinds = [g.kind for g in report.graphs]
+        assert kinds == ["forward", "backward"], kinds
+        (backward,) = report.graphs[1].ov_partitions
+        assert backward.primed
+        assert not report.graphs[0].ov_partitions[0].primed  # forwards are primed by their first call
+        loss.backward()
+    twin(x).square().mean().backward()
+    for ours, ref in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-4, atol=1e-6)
+    assert not report.fallbacks and not report.torch_ops, str(report)
+
+
+def test_small_backwards_and_integer_divisions_are_not_primed():
+    import numpy as np
+    import openvino as ov
+    import openvino.opset16 as ops
+
+    from fxvino import training
+    from fxvino.devices import core
+
+    def compiled(divide: bool, rows: int) -> tuple[ov.CompiledModel, ov.Model]:
+        x = ops.parameter([rows, 1024], ov.Type.f32)
+        n = ops.parameter([rows, 1024], ov.Type.i64)
+        counted = ops.divide(n, ops.constant(np.int64(1)).output(0)) if divide else ops.add(n, n)
+        model = ov.Model([ops.result(ops.relu(x)), ops.result(counted)], [x, n])
+        return core().compile_model(model, "CPU"), model
+
+    assert training.prime(*compiled(divide=False, rows=8192))  # 96 MB of inputs
+    assert not training.prime(*compiled(divide=True, rows=8192))  # a zero divisor would trap
+    assert not training.prime(*compiled(divide=False, rows=64))  # below heap.TRIM_BYTES
