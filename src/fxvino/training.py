@@ -22,6 +22,10 @@ static input when it compiles a model and frees it only at the first inference t
 caller's tensors instead (heap.py): compiled lazily, a backward's buffers (BERT-base: 1.1 GB, the
 size of everything it reads) were held beside the first step's activations, which made that step
 the run's peak (ResNet-50: 3.55 GB, against 2.9-3.0 GB in every later step).
+
+A forward's saved activations are outputs the forward also reads, which the CPU plugin held a
+second copy of; :func:`outputs_written_in_place` makes them dynamic-shaped, so they are written
+once, into the tensors lent to PyTorch.
 """
 
 from __future__ import annotations
@@ -35,10 +39,13 @@ from typing import Any
 
 import numpy as np
 import openvino as ov
+import openvino.opset16 as ops
 import torch
 import torch.fx
 
 from fxvino import heap
+from fxvino.lowering import helpers as h
+from fxvino.runtime import LEND_BYTES
 
 logger = logging.getLogger("fxvino")
 
@@ -92,6 +99,57 @@ def prime(compiled: ov.CompiledModel, model: ov.Model) -> bool:
         )
         return False
     heap.trim()
+    return True
+
+
+def outputs_written_in_place(model: ov.Model) -> int:
+    """Rewrites a training forward so that each large output the graph also reads is written
+    straight into its output tensor; returns how many outputs it rewrote.
+
+    The CPU plugin keeps such an output in memory of its own for the compiled model's life (a
+    region never reused for other values) and copies it into the output tensor after each
+    inference. A training forward is made of them: every saved activation is also read by the next
+    layer, so each was held twice, once lent to PyTorch and once by the plugin (BERT-base: 773 MB
+    beside the 760 MB lent). An output of dynamic shape is written into the output tensor itself,
+    where the graph's other readers find it. So each such output passes through a Reshape to its
+    own shape, multiplied by a run-time 1 the plugin cannot fold, which makes its shape dynamic.
+    A Reshape, Squeeze or Unsqueeze shares its input's memory: an output that views a value the
+    graph reads counts as read too."""
+    one: ov.Output | None = None
+    rewritten = 0
+    for result in model.get_results():
+        value = result.input_value(0)
+        shape = value.get_partial_shape()
+        if (
+            value.get_node().get_type_name() in ("Parameter", "Constant")
+            or not shape.is_static
+            or math.prod(shape.to_shape()) * value.get_element_type().size < LEND_BYTES
+            or not _read_in_graph(value)
+        ):
+            continue
+        if one is None:
+            always_true = h.always_true(model)
+            if always_true is None:
+                return 0
+            one = ops.convert(always_true, ov.Type.i64).output(0)
+        dims = ops.multiply(h.const(list(shape.to_shape()), torch.int64), one)
+        result.input(0).replace_source_output(ops.reshape(value, dims, False).output(0))
+        rewritten += 1
+    if rewritten:
+        model.validate_nodes_and_infer_types()
+    return rewritten
+
+
+_IN_PLACE_VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze"})
+
+
+def _read_in_graph(value: ov.Output) -> bool:
+    """Whether a node other than the Result reads ``value`` or the value it views."""
+    while len(value.get_target_inputs()) < 2:
+        node = value.get_node()
+        if node.get_type_name() not in _IN_PLACE_VIEWS:
+            return False
+        value = node.input_value(0)
     return True
 
 

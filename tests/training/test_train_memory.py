@@ -100,3 +100,59 @@ def test_small_backwards_and_integer_divisions_are_not_primed():
     assert training.prime(*compiled(divide=False, rows=8192))  # 96 MB of inputs
     assert not training.prime(*compiled(divide=True, rows=8192))  # a zero divisor would trap
     assert not training.prime(*compiled(divide=False, rows=64))  # below heap.TRIM_BYTES
+
+
+class _Saved(torch.nn.Module):
+    """Every layer's output is saved for the backward and read by the next layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(256, 256) for _ in range(3))
+        self.norm = torch.nn.LayerNorm(256)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = torch.tanh(layer(self.norm(x))).view(8, 64, 256)  # a view of a saved value too
+        return x
+
+
+def test_saved_activations_leave_the_forward_as_dynamic_outputs():
+    torch.manual_seed(0)
+    model = _Saved()
+    twin = copy.deepcopy(model)
+    x = torch.randn(512, 256, generator=torch.Generator().manual_seed(1))
+    compiled = torch.compile(model, backend="fxvino", options=TRAINING)
+    with fxvino.collect_reports() as report:
+        for _ in range(2):
+            compiled(x).square().mean().backward()
+    for _ in range(2):
+        twin(x).square().mean().backward()
+    for ours, ref in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-4, atol=1e-5)
+    assert not report.fallbacks and not report.torch_ops, str(report)
+    forward = report.graphs[0].ov_partitions[0].compiled
+    large = [p for p in forward.outputs if p.get_partial_shape().rank.get_length() >= 2]
+    dynamic = [p for p in large if not p.get_partial_shape().is_static]
+    # tanh's outputs (512 KB each) are read by the next layer and saved: written in place.
+    assert len(dynamic) >= 2, [str(p.get_partial_shape()) for p in forward.outputs]
+
+
+def test_only_large_outputs_read_in_the_graph_are_rewritten():
+    import numpy as np
+    import openvino as ov
+    import openvino.opset16 as ops
+
+    from fxvino import training
+
+    x = ops.parameter([512, 256], ov.Type.f32)
+    shared = ops.tanh(x)  # 512 KB, also read by the Add
+    leaf = ops.add(shared, ops.constant(np.float32(1)))  # read by nothing else
+    y = ops.parameter([4, 4], ov.Type.f32)
+    small = ops.relu(y)  # read below, but 64 bytes
+    small_sum = ops.add(small, small)
+    viewed = ops.reshape(shared, ops.constant(np.array([256, 512])), False)  # views a shared value
+    results = [ops.result(o) for o in (shared, leaf, small, viewed, small_sum)]
+    model = ov.Model(results, [x, y])
+    assert training.outputs_written_in_place(model) == 2
+    static = [r.get_output_partial_shape(0).is_static for r in model.get_results()]
+    assert static == [False, True, True, False, True]

@@ -7,6 +7,7 @@ like the ATen schema they implement. Add a helper here only if no existing one f
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -284,3 +285,14 @@ def reduce_extreme(x: ov.Output, axes: ov.Output, largest: bool, keepdims: bool)
     m = reduce_plain_extreme(plain, axes, largest, keepdims)
     any_nan = ops.reduce_logical_or(nan, axes, keepdims)
     return ops.select(any_nan, const(float("nan"), dtype_of(x)), m).output(0)
+
+
+def always_true(model: ov.Model) -> ov.Output | None:
+    """A boolean scalar that OpenVINO cannot fold: ``x == x or x != x`` of a run-time input's first
+    element (true for NaN too). None when no static, non-empty input exists."""
+    for param in model.get_parameters():
+        shape = param.get_output_partial_shape(0)
+        if shape.is_static and math.prod(shape.to_shape()) > 0:
+            first = ops.gather(reshape(param.output(0), [-1]), const(0, torch.int64), const(0, torch.int64))
+            return ops.logical_or(ops.equal(first, first), ops.not_equal(first, first)).output(0)
+    return None

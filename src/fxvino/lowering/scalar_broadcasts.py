@@ -18,7 +18,6 @@ import math
 
 import openvino as ov
 import openvino.opset16 as ops
-import torch
 
 from fxvino.lowering import helpers as h
 
@@ -60,7 +59,7 @@ def keep_scalar_broadcasts_small(model: ov.Model) -> None:
                 changed = True
         if out.get_target_inputs():
             if not looked:
-                always_true, looked = _always_true(model), True
+                always_true, looked = h.always_true(model), True
             if always_true is not None:
                 op.input(0).replace_source_output(ops.select(always_true, value, value).output(0))
                 changed = True
@@ -81,14 +80,3 @@ def _takes_a_scalar(target: ov.Input, full: ov.Output) -> bool:
     return any(
         i.get_index() != target.get_index() and i.get_partial_shape() == full.get_partial_shape() for i in user.inputs()
     )
-
-
-def _always_true(model: ov.Model) -> ov.Output | None:
-    """A boolean scalar that OpenVINO cannot fold: ``x == x or x != x`` of a run-time input's first
-    element (true for NaN too). None when no static, non-empty input exists."""
-    for param in model.get_parameters():
-        shape = param.get_output_partial_shape(0)
-        if shape.is_static and math.prod(shape.to_shape()) > 0:
-            first = ops.gather(h.reshape(param.output(0), [-1]), h.const(0, torch.int64), h.const(0, torch.int64))
-            return ops.logical_or(ops.equal(first, first), ops.not_equal(first, first)).output(0)
-    return None
