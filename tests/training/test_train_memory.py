@@ -61,25 +61,36 @@ class _Wide(torch.nn.Module):
         return x
 
 
-def test_the_backward_is_compiled_and_primed_with_the_forward():
-    torch.manual_seed(0)
-    model = _Wide()
+def _train_like_eager(model: torch.nn.Module, x: torch.Tensor, steps: int, before_backward=None) -> fxvino.Report:
+    """Trains ``model`` compiled and an eager twin on ``x``; their gradients must agree.
+    ``before_backward(report)`` runs between the first forward and its backward."""
     twin = copy.deepcopy(model)
-    x = torch.randn(16, 2048, generator=torch.Generator().manual_seed(1))
     compiled = torch.compile(model, backend="fxvino", options=TRAINING)
     with fxvino.collect_reports() as report:
-        loss = compiled(x).square().mean()
-        # Before any backward() the backward is compiled already, and was run once on zeros.
+        for step in range(steps):
+            loss = compiled(x).square().mean()
+            if step == 0 and before_backward is not None:
+                before_backward(report)
+            loss.backward()
+    for _ in range(steps):
+        twin(x).square().mean().backward()
+    for ours, ref in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-4, atol=1e-5)
+    assert not report.fallbacks and not report.torch_ops, str(report)
+    return report
+
+
+def test_the_backward_is_compiled_and_primed_with_the_forward():
+    def compiled_and_primed(report: fxvino.Report) -> None:
         kinds = [g.kind for g in report.graphs]
         assert kinds == ["forward", "backward"], kinds
         (backward,) = report.graphs[1].ov_partitions
         assert backward.primed
         assert not report.graphs[0].ov_partitions[0].primed  # forwards are primed by their first call
-        loss.backward()
-    twin(x).square().mean().backward()
-    for ours, ref in zip(model.parameters(), twin.parameters(), strict=True):
-        torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-4, atol=1e-6)
-    assert not report.fallbacks and not report.torch_ops, str(report)
+
+    torch.manual_seed(0)
+    x = torch.randn(16, 2048, generator=torch.Generator().manual_seed(1))
+    _train_like_eager(_Wide(), x, steps=1, before_backward=compiled_and_primed)
 
 
 def test_small_backwards_and_integer_divisions_are_not_primed():
@@ -118,18 +129,8 @@ class _Saved(torch.nn.Module):
 
 def test_saved_activations_leave_the_forward_as_dynamic_outputs():
     torch.manual_seed(0)
-    model = _Saved()
-    twin = copy.deepcopy(model)
     x = torch.randn(512, 256, generator=torch.Generator().manual_seed(1))
-    compiled = torch.compile(model, backend="fxvino", options=TRAINING)
-    with fxvino.collect_reports() as report:
-        for _ in range(2):
-            compiled(x).square().mean().backward()
-    for _ in range(2):
-        twin(x).square().mean().backward()
-    for ours, ref in zip(model.parameters(), twin.parameters(), strict=True):
-        torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-4, atol=1e-5)
-    assert not report.fallbacks and not report.torch_ops, str(report)
+    report = _train_like_eager(_Saved(), x, steps=2)
     forward = report.graphs[0].ov_partitions[0].compiled
     large = [p for p in forward.outputs if p.get_partial_shape().rank.get_length() >= 2]
     dynamic = [p for p in large if not p.get_partial_shape().is_static]
