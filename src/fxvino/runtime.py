@@ -157,7 +157,7 @@ class _Request:
         return _torch_view_of(array.copy(), dtype)
 
 
-def _static_bytes(port: ov.ConstOutput) -> int:
+def static_bytes(port: ov.ConstOutput | ov.Output) -> int:
     """Bytes of a static-shaped port, 0 for a dynamic one."""
     shape = port.get_partial_shape()
     if not shape.is_static:
@@ -211,12 +211,12 @@ class _Binding:
             copyable = spec.kind in ("tensor", "complex", "seed") and port.get_element_type() in OV_TO_TORCH
             if not copyable or not shape.is_static:
                 continue
-            if _static_bytes(port) <= COPY_IN_BYTES:
+            if static_bytes(port) <= COPY_IN_BYTES:
                 self.copy_in.append((i, OV_TO_TORCH[port.get_element_type()]))
         # The plugin's own buffers for the static inputs fxvino binds are freed at the first call:
         # the heap is trimmed after it when they are large (heap.py).
         copied_in = {i for i, _ in self.copy_in}
-        bound = sum(_static_bytes(port) for i, port in enumerate(compiled.inputs) if i not in copied_in)
+        bound = sum(static_bytes(port) for i, port in enumerate(compiled.inputs) if i not in copied_in)
         self.trim_pending = bound >= heap.TRIM_BYTES
         self.static_out = frozenset(i for i, port in enumerate(compiled.outputs) if port.get_partial_shape().is_static)
         # Every call input copied in, every result a static tensor output: requests get a _Plain.

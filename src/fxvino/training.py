@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -45,7 +44,7 @@ import torch.fx
 
 from fxvino import heap
 from fxvino.lowering import helpers as h
-from fxvino.runtime import LEND_BYTES
+from fxvino.runtime import LEND_BYTES, static_bytes
 
 logger = logging.getLogger("fxvino")
 
@@ -80,7 +79,7 @@ def prime(compiled: ov.CompiledModel, model: ov.Model) -> bool:
     ports = list(compiled.inputs)
     if not ports or not all(p.get_partial_shape().is_static for p in ports):
         return False
-    sizes = [math.prod(p.get_shape()) * p.get_element_type().size for p in ports]
+    sizes = [static_bytes(p) for p in ports]
     if sum(sizes) < heap.TRIM_BYTES:
         return False
     for op in model.get_ordered_ops():
@@ -119,11 +118,9 @@ def outputs_written_in_place(model: ov.Model) -> int:
     rewritten = 0
     for result in model.get_results():
         value = result.input_value(0)
-        shape = value.get_partial_shape()
         if (
             value.get_node().get_type_name() in ("Parameter", "Constant")
-            or not shape.is_static
-            or math.prod(shape.to_shape()) * value.get_element_type().size < LEND_BYTES
+            or static_bytes(value) < LEND_BYTES  # 0 for a dynamic shape
             or not _read_in_graph(value)
         ):
             continue
@@ -132,7 +129,7 @@ def outputs_written_in_place(model: ov.Model) -> int:
             if always_true is None:
                 return 0
             one = ops.convert(always_true, ov.Type.i64).output(0)
-        dims = ops.multiply(h.const(list(shape.to_shape()), torch.int64), one)
+        dims = ops.multiply(h.const(list(value.get_shape()), torch.int64), one)
         result.input(0).replace_source_output(ops.reshape(value, dims, False).output(0))
         rewritten += 1
     if rewritten:
