@@ -42,8 +42,10 @@ from fxvino.options import Options
 
 # Raised when entries made by earlier code must not be served: the key format changed, or a
 # lowering's results did (2: MaxPool values and indices of windows of -inf or NaN now equal
-# PyTorch's, where older entries hold OpenVINO's own; 3: weights hashed with BLAKE3, not SHA-256).
-KEY_FORMAT = 3
+# PyTorch's, where older entries hold OpenVINO's own; 3: weights hashed with BLAKE3, not SHA-256;
+# 4: a training graph's Results listed in the order their values are computed, which frees
+# hundreds of MB of the plugin's memory: training.results_in_execution_order).
+KEY_FORMAT = 4
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.
 _PARALLEL_BYTES = 64 << 20

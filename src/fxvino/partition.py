@@ -246,6 +246,8 @@ def _compile_partition(
                     raise _Blamed(e.node, f"lowering failed: {e.reason}") from e
                 if report.kind == "forward":
                     training.outputs_written_in_place(lowered.model)
+                if report.kind in ("forward", "backward"):
+                    training.results_in_execution_order(lowered)
                 t1 = time.perf_counter()
                 config = options.compile_config(lowered.plugin_config)
                 share = options.share_weights is not False  # True or "auto"

@@ -43,7 +43,7 @@ import logging
 import math
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -373,12 +373,12 @@ def merge(
         if pieces is None:
             own = models[k].get_results()
             static = frozenset(at + i for i, r in enumerate(own) if r.get_output_partial_shape(0).is_static)
-            bindings.append((bound, [_moved(o, lambda i, at=at: at + i) for o in outputs], static, {}))
+            bindings.append((bound, [o.moved(lambda i, at=at: at + i) for o in outputs], static, {}))
             continue
         base = virtual
         virtual += len(pieces)
         packed = {base + i: p._replace(data=at + p.data, sizes=at + p.sizes) for i, p in pieces.items()}
-        bindings.append((bound, [_moved(o, lambda i, base=base: base + i) for o in outputs], frozenset(), packed))
+        bindings.append((bound, [o.moved(lambda i, base=base: base + i) for o in outputs], frozenset(), packed))
     return merged, bindings
 
 
@@ -423,13 +423,3 @@ def _placeholder(param: ov.Node, shared: dict[tuple, ov.Tensor]) -> ov.Tensor:
     if key not in shared:
         shared[key] = ov.Tensor(param.get_element_type(), ov.Shape(list(dims)))
     return shared[key]
-
-
-def _moved(spec: OutputSpec, to: Callable[[int], int]) -> OutputSpec:
-    """``spec`` with its output indices mapped by ``to``."""
-    if spec.kind == "python":
-        return spec
-    if spec.kind == "view":
-        position, strides, offset_index = spec.value
-        return dataclasses.replace(spec, index=to(spec.index), value=(position, strides, to(offset_index)))
-    return dataclasses.replace(spec, index=to(spec.index))

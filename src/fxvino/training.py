@@ -25,7 +25,9 @@ the run's peak (ResNet-50: 3.55 GB, against 2.9-3.0 GB in every later step).
 
 A forward's saved activations are outputs the forward also reads, which the CPU plugin held a
 second copy of; :func:`outputs_written_in_place` makes them dynamic-shaped, so they are written
-once, into the tensors lent to PyTorch.
+once, into the tensors lent to PyTorch. The plugin's execution order follows the Results' order,
+which :func:`results_in_execution_order` makes the order their values are computed in, so values
+only a Result reads do not keep their sources alive to the end of the graph.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import torch.fx
 
 from fxvino import heap
 from fxvino.lowering import helpers as h
+from fxvino.lowering.convert import LoweredGraph
 from fxvino.runtime import LEND_BYTES, static_bytes
 
 logger = logging.getLogger("fxvino")
@@ -135,6 +138,41 @@ def outputs_written_in_place(model: ov.Model) -> int:
     if rewritten:
         model.validate_nodes_and_infer_types()
     return rewritten
+
+
+def results_in_execution_order(lowered: LoweredGraph) -> int:
+    """Lists a training graph's Results in the order their values are computed, and renumbers its
+    outputs to match; returns how many outputs changed place.
+
+    The CPU plugin schedules a graph depth first from its Results, in their order, so a node that
+    only a Result reads runs when that Result's turn comes. A training graph has many of them: a
+    forward's saved activations leave through reorders out of the plugin's blocked layout, and a
+    backward's weight gradients are read by nothing else. In AOTAutograd's order (the forward's
+    loss first, the gradients in parameter order) the plugin ran most of them last and kept
+    their sources alive until then: ResNet-50's forward arena held each saved activation a
+    second time (659 MB, against 139 in this order), BERT-base's backward held 483 MB of gradient
+    work against 21."""
+    model = lowered.model
+    if model.get_sinks() or len(model.get_results()) < 2:
+        return 0
+    position = {node.get_name(): i for i, node in enumerate(model.get_ordered_ops())}
+
+    def computed_at(result: ov.Node) -> int:
+        value = result.input_value(0)
+        while value.get_node().get_type_name() in _IN_PLACE_VIEWS:  # a view is computed with its base
+            value = value.get_node().input_value(0)
+        return position[value.get_node().get_name()]
+
+    results = list(model.get_results())
+    order = sorted(range(len(results)), key=lambda i: computed_at(results[i]))
+    if order == list(range(len(results))):
+        return 0
+    for result in results:
+        model.remove_result(result)
+    model.add_results([results[i] for i in order])
+    new_index = {old: new for new, old in enumerate(order)}
+    lowered.outputs[:] = [spec.moved(new_index.__getitem__) for spec in lowered.outputs]
+    return sum(old != new for old, new in new_index.items())
 
 
 _IN_PLACE_VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze"})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -56,6 +56,15 @@ class OutputSpec:
     index: int = -1  # OpenVINO output index for tensor/sym*
     value: Any = None  # the Python value for kind == "python"
     dtype: torch.dtype | None = None
+
+    def moved(self, to: Callable[[int], int]) -> OutputSpec:
+        """This spec with its OpenVINO output indices mapped by ``to``."""
+        if self.kind == "python":
+            return self
+        if self.kind == "view":
+            position, strides, offset_index = self.value
+            return dataclasses.replace(self, index=to(self.index), value=(position, strides, to(offset_index)))
+        return dataclasses.replace(self, index=to(self.index))
 
 
 @dataclasses.dataclass
