@@ -41,3 +41,33 @@ def test_a_filler_needed_whole_is_made_at_run_time():
     torch.testing.assert_close(out[0], want[0])
     assert torch.equal(out[1], want[1])
     assert largest_constant_bytes(report.graphs[0].ov_partitions[0].compiled) < MIN_BYTES
+
+
+def _layer_types(report) -> list[str]:
+    runtime = report.graphs[0].ov_partitions[0].compiled.get_runtime_model()
+    return [op.get_rt_info()["layerType"].astype(str) for op in runtime.get_ordered_ops()]
+
+
+def test_a_scatter_into_zeros_added_to_a_tensor_scatters_into_that_tensor():
+    """A tied embedding's gradient: the embedding's (a scatter into zeros) plus the output layer's."""
+    go = torch.randn(4, 64, COLS)
+    idx = torch.randint(0, ROWS, (4, 64))
+    head = torch.randn(ROWS, COLS)
+
+    def fn(go, idx, head):
+        return head + torch.ops.aten.embedding_dense_backward(go, idx, ROWS, -1, False)
+
+    out, report = run_fxvino(fn, go, idx, head, fullgraph=True)
+    assert_all_on_openvino(report)
+    torch.testing.assert_close(out, fn(go, idx, head))
+    kinds = _layer_types(report)
+    assert kinds.count("ScatterNDUpdate") == 1 and "Broadcast" not in kinds, kinds
+
+    def also_returned(go, idx, head):  # the scatter is read twice: its zero base stays
+        grad = torch.ops.aten.embedding_dense_backward(go, idx, ROWS, -1, False)
+        return head + grad, grad
+
+    out, report = run_fxvino(also_returned, go, idx, head, fullgraph=True)
+    for ours, want in zip(out, also_returned(go, idx, head), strict=True):
+        torch.testing.assert_close(ours, want)
+    assert "Broadcast" in _layer_types(report)

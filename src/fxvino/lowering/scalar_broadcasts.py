@@ -9,13 +9,18 @@ the compiled model holds for its life: BERT-base's training graphs held twelve 6
 - an elementwise consumer that already gets the full shape from another input takes the scalar
   itself (numpy broadcasting does the rest, and reading a scalar costs nothing);
 - where the full tensor is needed (the data of a scatter, a graph output), the scalar is made a
-  run-time value, so the Broadcast runs on each call instead of being folded.
+  run-time value, so the Broadcast runs on each call instead of being folded;
+- a sum-scatter into zeros that is then added to a tensor of its shape scatters into that tensor
+  instead, and the zeros go. A model whose embedding is tied to its output layer (GPT-2) sums
+  the two gradients: the embedding's, a scatter into 154 MB of zeros, was held three times over
+  (zeros, scatter, sum) at the end of its backward.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import openvino as ov
 import openvino.opset16 as ops
 
@@ -53,6 +58,9 @@ def keep_scalar_broadcasts_small(model: ov.Model) -> None:
             or math.prod(out.get_shape()) * out.get_element_type().size < MIN_BYTES
         ):
             continue
+        if _scatter_into_addend(op):
+            changed = True
+            continue
         for target in list(out.get_target_inputs()):
             if _takes_a_scalar(target, out):
                 target.replace_source_output(value)
@@ -80,3 +88,26 @@ def _takes_a_scalar(target: ov.Input, full: ov.Output) -> bool:
     return any(
         i.get_index() != target.get_index() and i.get_partial_shape() == full.get_partial_shape() for i in user.inputs()
     )
+
+
+def _scatter_into_addend(zeros: ov.Node) -> bool:
+    """Whether ``zeros`` (a broadcast scalar) was the base of a sum-scatter whose only reader adds
+    a tensor of the same shape and type, now rewired to scatter into that tensor instead."""
+    readers = list(zeros.output(0).get_target_inputs())
+    if len(readers) != 1 or readers[0].get_index() != 0 or np.any(zeros.input_value(0).get_node().get_data()):
+        return False
+    scatter = readers[0].get_node()
+    if scatter.get_type_name() != "ScatterNDUpdate" or scatter.get_attributes().get("reduction") != "sum":
+        return False
+    users = list(scatter.output(0).get_target_inputs())
+    if len(users) != 1 or users[0].get_node().get_type_name() != "Add":
+        return False
+    add = users[0].get_node()
+    addend = add.input_value(1 - users[0].get_index())
+    if addend.get_partial_shape() != zeros.get_output_partial_shape(0) or addend.get_element_type() != (
+        zeros.get_output_element_type(0)
+    ):
+        return False
+    into = ops.scatter_nd_update(addend, scatter.input_value(1), scatter.input_value(2), "sum")
+    add.output(0).replace(into.output(0))
+    return True
