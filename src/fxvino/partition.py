@@ -248,6 +248,7 @@ def _compile_partition(
                     training.outputs_written_in_place(lowered.model)
                 if report.kind in ("forward", "backward"):
                     training.results_in_execution_order(lowered)
+                    training.without_snippets(lowered, report.kind)
                 t1 = time.perf_counter()
                 config = options.compile_config(lowered.plugin_config)
                 share = options.share_weights is not False  # True or "auto"

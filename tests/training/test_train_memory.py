@@ -206,3 +206,21 @@ def test_saved_values_are_reordered_out_as_soon_as_they_are_computed():
     # In AOTAutograd's output order the plugin reorders every saved value out at the end, so all
     # were alive at once (about 12 activations); computed in order, a few at a time.
     assert _most_bytes_live(forward) <= 5 * activation, _most_bytes_live(forward) / activation
+
+
+def _layer_types(compiled) -> set[str]:
+    return {op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ordered_ops()}
+
+
+def test_training_graphs_compile_without_snippets_except_backwards_with_convolutions():
+    torch.manual_seed(0)
+    x = torch.randn(8, 16, 32, 32, generator=torch.Generator().manual_seed(1))
+    report = _train_like_eager(_ConvBlocks(), x, steps=1)
+    forward, backward = (g.ov_partitions[0].compiled for g in report.graphs)
+    assert "Subgraph" not in _layer_types(forward)
+    assert "Subgraph" in _layer_types(backward)  # batch-norm and ReLU gradients stay fused
+
+    x = torch.randn(512, 256, generator=torch.Generator().manual_seed(1))
+    report = _train_like_eager(_Saved(), x, steps=1)
+    for graph in report.graphs:
+        assert "Subgraph" not in _layer_types(graph.ov_partitions[0].compiled), graph.kind
