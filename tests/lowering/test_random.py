@@ -67,6 +67,52 @@ def test_hash_is_exactly_its_definition(static, dims):
     np.testing.assert_array_equal(got, want)
 
 
+def _reference_bits(seed: np.ndarray, stream: int, dims: list[int]) -> np.ndarray:
+    s0, s1 = seed.view(np.uint32)
+    with np.errstate(over="ignore"):
+        key = _mix_reference(np.array([s0 ^ np.uint32((rnd.GOLDEN * (stream + 1)) & 0xFFFFFFFF)], dtype=np.uint32))
+        key = _mix_reference(key + s1)
+        return _mix_reference(np.arange(np.prod(dims), dtype=np.uint32) + key).reshape(dims)
+
+
+def test_keys_computed_together_are_each_draws_own():
+    """share_stream_keys computes every draw's key in one vector: the bits stay lowbias32's."""
+    ctx = LoweringContext("keys")
+    streams = (0, 3, 11)
+    draws = [rnd.random_bits(ctx, h.const([5, 300], torch.int64), stream=s) for s in streams]
+    rnd.share_stream_keys(ctx)
+    compiled = ov.Core().compile_model(ov.Model(draws, [ctx.seed]), "CPU")
+    seed = np.array([-123456789, 987654321], dtype=np.int32)
+    got = compiled([seed])
+    for i, stream in enumerate(streams):
+        np.testing.assert_array_equal(got[i].view(np.uint32), _reference_bits(seed, stream, [5, 300]))
+
+
+def test_many_draws_share_one_key_computation():
+    """Eight dropouts: their keys are one vector chain, not eight scalar ones (the CPU plugin runs
+    and keeps every scalar op as a node of its own)."""
+
+    def fn(x):
+        for _ in range(8):
+            x = F.dropout(x, 0.1, training=True) * 1.5
+        return x
+
+    out, report = run_fxvino(fn, torch.ones(64, 256), fullgraph=True)
+    assert_all_on_openvino(report)
+    kept = (out != 0).float().mean().item()
+    assert 0.9**8 - 0.02 < kept < 0.9**8 + 0.02
+    runtime = report.graphs[0].ov_partitions[0].compiled.get_runtime_model()
+    scalar_ops = [
+        op
+        for op in runtime.get_ordered_ops()
+        if op.get_rt_info()["layerType"].astype(str) == "Eltwise"
+        and op.get_output_partial_shape(0).is_static
+        and np.prod(list(op.get_output_shape(0))) <= 8
+    ]
+    # One key chain (28 integer ops) and two ops per draw for its counter: 46; before, 256.
+    assert len(scalar_ops) <= 60, len(scalar_ops)
+
+
 def test_dropout_holds_no_counter_constant():
     """The element counter of a large draw stays a run-time value, not a folded constant the size
     of the draw (6 MB per attention dropout of BERT-base's training forward)."""

@@ -23,6 +23,7 @@ from fxvino.graph_edit import fetch_attr
 from fxvino.lowering import helpers as h
 from fxvino.lowering import views
 from fxvino.lowering.plugin_config import plugin_config
+from fxvino.lowering.random import share_stream_keys
 from fxvino.lowering.registry import entry_for, op_name
 from fxvino.lowering.scalar_broadcasts import keep_scalar_broadcasts_small
 from fxvino.lowering.types import ov_type, real_dtype, to_numpy
@@ -86,6 +87,8 @@ class LoweringContext:
     env: dict[torch.fx.Node, Any] = dataclasses.field(default_factory=dict)
     seed: ov.Node | None = None  # the per-call seed input, made when a lowering first draws
     streams: int = 0  # random streams handed out so far: each draw gets its own
+    # Each draw's key, to be computed together once the graph is built (random.share_stream_keys).
+    stream_keys: list[tuple[int, ov.Output]] = dataclasses.field(default_factory=list)
 
     def random_seed(self) -> ov.Output:
         """This call's seed (two i32), an extra model input the runtime fills (``InputSpec("seed")``)."""
@@ -183,6 +186,7 @@ def lower_graph(gm: torch.fx.GraphModule, constants: Mapping[int, torch.Tensor],
             raise LoweringError(node, f"unsupported FX node kind {node.op}")
     if ctx.seed is not None:  # drawn by the runtime on each call; it has no placeholder
         params.append(ctx.seed)
+        share_stream_keys(ctx)
         inputs.append(InputSpec("seed", -1))
     model = ov.Model(results, params, name)
     keep_scalar_broadcasts_small(model)
