@@ -186,11 +186,12 @@ def without_snippets(lowered: LoweredGraph, kind: str) -> bool:
 
     Each snippet Subgraph keeps its own generated kernel and buffers for the compiled model's
     life, about 100-150 KB apiece against ~18 KB for the plugin's plain elementwise nodes, and
-    a training graph has hundreds of them. Without snippets, 6 steps of each model (Zen 5):
-    ResNet-50's forward took 278 ms instead of 294-302 and its peak fell by 86 MB (snippets off
-    in both graphs); BERT-base's and GPT-2's steps kept their time. ResNet-50's backward,
-    though, took 609-614 ms instead of 540-553: its batch-norm and ReLU gradients around the
-    convolutions run better fused, so a backward with convolutions keeps them."""
+    a training graph has hundreds of them. Without them (Zen 5, AdamW steps, A/B): peaks fell
+    from 3545 to 3388 MB (BERT-base), 4114 to 4063 (GPT-2) and 2141 to 2086 (ResNet-50, forward
+    only), with ResNet-50's forward faster (276-308 against 307-433 ms) and the other times
+    unchanged. ResNet-50's backward, though, took 609-614 ms instead of 540-553 without them:
+    its batch-norm and ReLU gradients around the convolutions run better fused, so a backward
+    with convolutions keeps them."""
     if kind == "backward" and any(op.get_type_name() in _CONVOLUTIONS for op in lowered.model.get_ordered_ops()):
         return False
     lowered.plugin_config.setdefault("SNIPPETS_MODE", "DISABLE")
