@@ -53,3 +53,22 @@ def largest_constant_bytes(compiled: Any) -> int:
             out = op.output(0)
             largest = max(largest, math.prod(out.get_partial_shape().to_shape()) * out.get_element_type().size)
     return largest
+
+
+def most_bytes_live(compiled: Any) -> int:
+    """The most bytes of values inside an ``ov.CompiledModel`` alive at once in the plugin's
+    execution order (outputs excluded): what its memory plan must hold at its peak."""
+    import numpy as np
+
+    nodes = list(compiled.get_runtime_model().get_ordered_ops())
+    at = {n.get_friendly_name(): int(n.get_rt_info()["execOrder"].astype(str)) for n in nodes}
+    live = np.zeros(max(at.values()) + 1, dtype=np.int64)
+    for node in nodes:
+        if node.get_rt_info()["layerType"].astype(str) in ("Const", "Input", "Output"):
+            continue
+        for value in node.outputs():
+            readers = [r.get_node().get_friendly_name() for r in value.get_target_inputs()]
+            if value.get_partial_shape().is_static and readers:
+                size = int(np.prod(list(value.get_shape()))) * value.get_element_type().size
+                live[at[node.get_friendly_name()] : max(at[r] for r in readers) + 1] += size
+    return int(live.max())

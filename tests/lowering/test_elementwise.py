@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import assert_all_on_openvino, run_fxvino
+from harness import assert_all_on_openvino, most_bytes_live, run_fxvino
 
 A = torch.tensor([-7, 7, -7, 7, -8, 0, 9])
 B = torch.tensor([2, 2, -2, -2, 2, 3, -4])
@@ -94,3 +94,21 @@ def test_silu_in_low_precision(dtype, shape):
     torch.testing.assert_close(out, torch.nn.functional.silu(x))
     assert_all_on_openvino(report)
     assert report.ov_ops["aten.silu.default"] == 1
+
+
+def test_log_softmax_keeps_no_second_tensor_of_its_input_size():
+    """The shift ``x - max`` feeds only the exponential, so it is never held beside it; OpenVINO's
+    own LogSoftmax kept both, two tensors of 8 MB here (GPT-2's training logits: 98 MB each)."""
+    x = torch.randn(256, 8192) * 20
+    out, report = run_fxvino(lambda x: torch.log_softmax(x, -1), x, fullgraph=True)
+    assert_all_on_openvino(report)
+    torch.testing.assert_close(out, torch.log_softmax(x, -1), rtol=1e-5, atol=2e-5)
+    assert most_bytes_live(report.graphs[0].ov_partitions[0].compiled) < x.numel() * 4 * 3 // 2
+
+
+def test_log_softmax_of_slices_with_nan_or_inf_is_torchs():
+    inf, nan = float("inf"), float("nan")
+    x = torch.tensor([[0.0, -inf, 1.0], [-inf, -inf, -inf], [inf, 0.0, 1.0], [nan, 0.0, 1.0], [1e30, -1e30, 0.0]])
+    out, report = run_fxvino(lambda x: torch.log_softmax(x, -1), x, fullgraph=True)
+    assert_all_on_openvino(report)
+    torch.testing.assert_close(out, torch.log_softmax(x, -1), equal_nan=True)

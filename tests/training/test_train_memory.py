@@ -10,7 +10,7 @@ import torch
 from train_loop import TRAINING
 
 import fxvino
-from harness import largest_constant_bytes
+from harness import largest_constant_bytes, most_bytes_live
 
 
 class _Attention(torch.nn.Module):
@@ -176,25 +176,6 @@ class _ConvBlocks(torch.nn.Module):
         return self.blocks(x)
 
 
-def _most_bytes_live(compiled) -> int:
-    """The most bytes of values inside ``compiled`` alive at once in the plugin's execution order
-    (outputs excluded): what its memory plan must hold at its peak."""
-    import numpy as np
-
-    nodes = list(compiled.get_runtime_model().get_ordered_ops())
-    at = {n.get_friendly_name(): int(n.get_rt_info()["execOrder"].astype(str)) for n in nodes}
-    live = np.zeros(max(at.values()) + 1, dtype=np.int64)
-    for node in nodes:
-        if node.get_rt_info()["layerType"].astype(str) in ("Const", "Input", "Output"):
-            continue
-        for value in node.outputs():
-            readers = [r.get_node().get_friendly_name() for r in value.get_target_inputs()]
-            if value.get_partial_shape().is_static and readers:
-                size = int(np.prod(list(value.get_shape()))) * value.get_element_type().size
-                live[at[node.get_friendly_name()] : max(at[r] for r in readers) + 1] += size
-    return int(live.max())
-
-
 def test_saved_values_are_reordered_out_as_soon_as_they_are_computed():
     torch.manual_seed(0)
     x = torch.randn(8, 16, 32, 32, generator=torch.Generator().manual_seed(1))
@@ -205,7 +186,7 @@ def test_saved_values_are_reordered_out_as_soon_as_they_are_computed():
     assert len(saved) >= 12, len(saved)
     # In AOTAutograd's output order the plugin reorders every saved value out at the end, so all
     # were alive at once (about 12 activations); computed in order, a few at a time.
-    assert _most_bytes_live(forward) <= 5 * activation, _most_bytes_live(forward) / activation
+    assert most_bytes_live(forward) <= 5 * activation, most_bytes_live(forward) / activation
 
 
 def _layer_types(compiled) -> set[str]:
