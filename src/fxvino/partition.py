@@ -244,11 +244,8 @@ def _compile_partition(
                     if e.node is None or e.node.op != "call_function":
                         raise
                     raise _Blamed(e.node, f"lowering failed: {e.reason}") from e
-                if report.kind == "forward":
-                    training.outputs_written_in_place(lowered.model)
                 if report.kind in ("forward", "backward"):
-                    training.results_in_execution_order(lowered)
-                    training.without_snippets(lowered, report.kind)
+                    training.prepare(lowered, report.kind)
                 t1 = time.perf_counter()
                 config = options.compile_config(lowered.plugin_config)
                 share = options.share_weights is not False  # True or "auto"

@@ -140,6 +140,15 @@ def outputs_written_in_place(model: ov.Model) -> int:
     return rewritten
 
 
+def prepare(lowered: LoweredGraph, kind: str) -> None:
+    """What a training graph (``kind`` "forward" or "backward") needs before it compiles: saved
+    activations written once, Results in execution order, no snippets where they cost."""
+    if kind == "forward":
+        outputs_written_in_place(lowered.model)
+    results_in_execution_order(lowered)
+    without_snippets(lowered, kind)
+
+
 def results_in_execution_order(lowered: LoweredGraph) -> int:
     """Lists a training graph's Results in the order their values are computed, and renumbers its
     outputs to match; returns how many outputs changed place.

@@ -109,12 +109,9 @@ def _keys(seed, streams: list[int]):
     for one stream)."""
     s0 = ops.gather(seed, _c(0), _c(0))
     s1 = ops.gather(seed, _c(1), _c(0))
-    golden = _c(GOLDEN * (streams[0] + 1)) if len(streams) == 1 else _u32_vector([GOLDEN * (s + 1) for s in streams])
+    golden = [_u32(GOLDEN * (s + 1)) for s in streams]
+    golden = ops.constant(golden[0] if len(streams) == 1 else np.stack(golden)).output(0)
     return _mix(ops.add(_mix(ops.bitwise_xor(s0, golden)), s1))
-
-
-def _u32_vector(values: list[int]):
-    return ops.constant(np.array([v & 0xFFFFFFFF for v in values], dtype=np.uint32).view(np.int32)).output(0)
 
 
 def share_stream_keys(ctx) -> None:
