@@ -141,6 +141,41 @@ def test_pointwise_weight_gradient_is_a_matmul():
 
 
 @pytest.mark.parametrize(
+    ("conv", "x"),
+    [
+        (nn.Conv2d(4, 6, 3, stride=2, padding=1), (2, 4, 8, 8)),  # ResNet's downsampling 3x3
+        (nn.Conv2d(3, 8, 7, stride=2, padding=3), (2, 3, 16, 16)),  # the 7x7 stem
+        (nn.Conv2d(4, 6, 3, padding=1), (2, 4, 7, 7)),
+    ],
+)
+def test_convolution_gradients_compute_no_rows_they_crop(conv, x):
+    """Both gradients' convolutions are padded to exactly the shape they return: the weight
+    gradient's to the kernel (the forward's end padding reached past it: 4x4 computed for a
+    stride-2 3x3), the input gradient's to the input. No Slice or Pad trims them afterwards;
+    the transposed kernel leaves as a 3-d permutation."""
+    ref = copy.deepcopy(conv)
+    x = torch.randn(x, requires_grad=True)
+    with fxvino.collect_reports() as report:
+        torch.compile(conv, backend="fxvino", options={"aot_autograd": True})(x).square().sum().backward()
+    got = x.grad
+    x.grad = None
+    ref(x).square().sum().backward()
+    torch.testing.assert_close(got, x.grad)
+    for p, q in zip(conv.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+    assert_backward_on_openvino(report, "aten.convolution_backward.default")
+    kernel = list(conv.weight.shape[2:])
+    for part in backward_graph(report).ov_partitions:
+        ops_ = part.compiled.get_runtime_model().get_ops()
+        types = [op.get_rt_info()["layerType"].astype(str) for op in ops_]
+        assert "Slice" not in types and "StridedSlice" not in types and "Pad" not in types, types
+        convs = [op for op, t in zip(ops_, types, strict=True) if t == "Convolution"]
+        assert convs and all(list(op.get_output_shape(0))[2:] == kernel for op in convs)
+        transposes = [op for op, t in zip(ops_, types, strict=True) if t == "Transpose"]
+        assert all(list(op.get_output_shape(0)) != list(conv.weight.shape) for op in transposes)
+
+
+@pytest.mark.parametrize(
     "make",
     [
         lambda: nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1, output_padding=1),

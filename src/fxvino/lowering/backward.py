@@ -73,10 +73,11 @@ def _weight_grad(x, go, groups: int, stride, padding, dilation, kernel):
     pointwise = _pointwise_weight_grad(x, go, groups, stride, padding, kernel)
     if pointwise is not None:
         return pointwise
+    end = _weight_grad_end_padding(x, go, stride, padding, dilation, kernel)
     if groups == 1:
         xt = h.transpose(x, [1, 0, *sp])
         gt = h.transpose(go, [1, 0, *sp])
-        gw = ops.convolution(xt, gt, dilation, padding, padding, stride).output(0)
+        gw = ops.convolution(xt, gt, dilation, padding, end, stride).output(0)
     else:
         cx, cg = h.static_shape(x)[1], h.static_shape(go)[1]
         xs = [h.dim(x, 0), groups, cx // groups] + [h.dim(x, d) for d in sp]
@@ -85,10 +86,42 @@ def _weight_grad(x, go, groups: int, stride, padding, dilation, kernel):
         xt = h.transpose(h.reshape(x, xs), [2, 1, 0, *[d + 1 for d in sp]])
         xt = h.reshape(xt, [cx // groups, -1] + [h.dim(x, d) for d in sp])
         gt = h.transpose(h.reshape(go, gs), [1, 2, 0, *[d + 1 for d in sp]])
-        gw = ops.group_convolution(xt, gt, dilation, padding, padding, stride).output(0)
-    # The result can be longer than the kernel (trailing rows no window reached): crop.
-    gw = ops.slice(gw, _axes([0] * n), _axes(kernel), _axes([1] * n), _axes(sp)).output(0)
-    return h.transpose(gw, [1, 0, *sp])
+        gw = ops.group_convolution(xt, gt, dilation, padding, end, stride).output(0)
+    if h.static_shape(gw)[2:] != list(kernel):
+        # Longer than the kernel (trailing rows no window reached): crop.
+        gw = ops.slice(gw, _axes([0] * n), _axes(kernel), _axes([1] * n), _axes(sp)).output(0)
+    return _swap_leading_axes(gw)
+
+
+def _weight_grad_end_padding(x, go, stride, padding, dilation, kernel) -> list[int]:
+    """The end padding that makes the weight gradient's convolution exactly kernel-sized.
+
+    The forward's end padding can hold rows no window reached (a stride that does not divide
+    the padded input): with it the convolution over the batch computes kernel positions past
+    the kernel, 16 taps for a stride-2 3x3 (ResNet-50's downsampling convolutions: 12 ms
+    instead of 7) and 64 for the 7x7 stem. The least end padding that still covers every
+    window is ``d * (k - 1) + s * (o - 1) + 1 - size - begin``, never more than the forward's.
+    Unknown sizes keep the forward's padding (and the crop after it).
+    """
+    sizes, outs = h.static_shape(x)[2:], h.static_shape(go)[2:]
+    if None in sizes or None in outs or None in kernel:
+        return list(padding)
+    return [
+        max(0, d * (k - 1) + s * (o - 1) + 1 - size - p)
+        for size, o, k, s, p, d in zip(sizes, outs, kernel, stride, padding, dilation, strict=True)
+    ]
+
+
+def _swap_leading_axes(gw: ov.Output) -> ov.Output:
+    """(A, B, *kernel) -> (B, A, *kernel). The convolution leaves its result channels-last in
+    the CPU plugin, where a 4-d Transpose of it ran a generic kernel (7.5 ms for 512x512x3x3);
+    flattened to 3-d it is a plain reorder and a fast permutation (1.6 ms)."""
+    shape = h.static_shape(gw)
+    sp = list(range(2, len(shape)))
+    if None in shape:
+        return h.transpose(gw, [1, 0, *sp])
+    flat = h.transpose(h.reshape(gw, [shape[0], shape[1], -1]), [1, 0, 2])
+    return h.reshape(flat, [shape[1], shape[0], *shape[2:]])
 
 
 def _pointwise_weight_grad(x, go, groups: int, stride, padding, kernel):
@@ -111,6 +144,22 @@ def _pointwise_weight_grad(x, go, groups: int, stride, padding, kernel):
     flat_x = h.reshape(x, [h.dim(x, 0), h.dim(x, 1), -1])
     gw = ops.reduce_sum(ops.matmul(flat_go, flat_x, False, True), _axes([0]), False).output(0)
     return h.unsqueeze(gw, list(range(2, n + 2)))
+
+
+def _input_grad_end_padding(x, go, stride, padding, dilation, kernel) -> list[int]:
+    """End padding for the input gradient's transposed convolution: exactly the input's size
+    where every input row was reached by a window, else none (the result then ends at the last
+    row any window touched, and :func:`_fit` zero-fills the rest). Cropping an end padding
+    afterwards cost a row of work and a copy (ResNet-50's 3x3 gradients at 14x14 computed
+    15x15 and sliced it)."""
+    sizes, outs = h.static_shape(x)[2:], h.static_shape(go)[2:]
+    if None in sizes or None in outs or None in kernel:
+        return [0] * len(kernel)
+    ends = [
+        s * (o - 1) + d * (k - 1) + 1 - p - size
+        for size, o, k, s, p, d in zip(sizes, outs, kernel, stride, padding, dilation, strict=True)
+    ]
+    return ends if all(e >= 0 for e in ends) else [0] * len(kernel)
 
 
 def _fit(y, like, n: int):
@@ -139,15 +188,14 @@ def convolution_backward(
     grad_input = grad_weight = grad_bias = None
     if not transposed:
         if output_mask[0]:
-            # Without end padding the result reaches the last row any window touched; _fit
-            # then crops the end padding or zero-fills input rows no window reached.
+            end = _input_grad_end_padding(x, go, stride, padding, dilation, kernel)
             if groups == 1:
-                gi = ops.convolution_backprop_data(go, w, stride, None, padding, [0] * n, dilation).output(0)
+                gi = ops.convolution_backprop_data(go, w, stride, None, padding, end, dilation).output(0)
             else:
                 ws = h.static_shape(w)
                 gw_shape = [groups, ws[0] // groups, ws[1], *ws[2:]]
                 gi = ops.group_convolution_backprop_data(
-                    go, h.reshape(w, gw_shape), stride, None, padding, [0] * n, dilation
+                    go, h.reshape(w, gw_shape), stride, None, padding, end, dilation
                 ).output(0)
             grad_input = _fit(gi, x, n)
         if output_mask[1]:
