@@ -45,8 +45,9 @@ from fxvino.options import Options
 # PyTorch's, where older entries hold OpenVINO's own; 3: weights hashed with BLAKE3, not SHA-256;
 # 4: a training graph's Results listed in the order their values are computed, which frees
 # hundreds of MB of the plugin's memory: training.results_in_execution_order; 5: training graphs
-# compiled without snippets, and a graph's random-stream keys computed in one vector).
-KEY_FORMAT = 5
+# compiled without snippets, and a graph's random-stream keys computed in one vector; 6:
+# convolution gradients padded to exactly their shapes, so older entries compute rows they crop).
+KEY_FORMAT = 6
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.
 _PARALLEL_BYTES = 64 << 20
