@@ -46,8 +46,9 @@ from fxvino.options import Options
 # 4: a training graph's Results listed in the order their values are computed, which frees
 # hundreds of MB of the plugin's memory: training.results_in_execution_order; 5: training graphs
 # compiled without snippets, and a graph's random-stream keys computed in one vector; 6:
-# convolution gradients padded to exactly their shapes, so older entries compute rows they crop).
-KEY_FORMAT = 6
+# convolution gradients padded to exactly their shapes, so older entries compute rows they crop;
+# 7: a CNN's training graphs pass activations channels-last, and older backwards take NCHW).
+KEY_FORMAT = 7
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.
 _PARALLEL_BYTES = 64 << 20

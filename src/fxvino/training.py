@@ -44,7 +44,7 @@ import openvino.opset16 as ops
 import torch
 import torch.fx
 
-from fxvino import heap
+from fxvino import channels_last, heap
 from fxvino.lowering import helpers as h
 from fxvino.lowering.convert import LoweredGraph
 from fxvino.runtime import LEND_BYTES, static_bytes
@@ -145,6 +145,8 @@ def prepare(lowered: LoweredGraph, kind: str) -> None:
     activations written once, Results in execution order, no snippets where they cost."""
     if kind == "forward":
         outputs_written_in_place(lowered.model)
+    elif _has_convolutions(lowered.model):
+        channels_last.compute_in_rows(lowered.model)
     results_in_execution_order(lowered)
     without_snippets(lowered, kind)
 
@@ -168,8 +170,8 @@ def results_in_execution_order(lowered: LoweredGraph) -> int:
 
     def computed_at(result: ov.Node) -> int:
         value = result.input_value(0)
-        while value.get_node().get_type_name() in _IN_PLACE_VIEWS:  # a view is computed with its base
-            value = value.get_node().input_value(0)
+        while value.get_node().get_type_name() in _IN_PLACE_VIEWS or channels_last.is_nhwc_transpose(value.get_node()):
+            value = value.get_node().input_value(0)  # placed right after its source
         return position[value.get_node().get_name()]
 
     results = list(model.get_results())
@@ -201,31 +203,41 @@ def without_snippets(lowered: LoweredGraph, kind: str) -> bool:
     unchanged. ResNet-50's backward, though, took 609-614 ms instead of 540-553 without them:
     its batch-norm and ReLU gradients around the convolutions run better fused, so a backward
     with convolutions keeps them."""
-    if kind == "backward" and any(op.get_type_name() in _CONVOLUTIONS for op in lowered.model.get_ordered_ops()):
+    if kind == "backward" and _has_convolutions(lowered.model):
         return False
     lowered.plugin_config.setdefault("SNIPPETS_MODE", "DISABLE")
     return True
 
 
+def _has_convolutions(model: ov.Model) -> bool:
+    return any(op.get_type_name() in _CONVOLUTIONS for op in model.get_ordered_ops())
+
+
+# A view is computed with its base. So is a saved activation's Transpose to NHWC
+# (channels_last.py): the plugin merges it into the reorder out of its convolution's layout.
 _IN_PLACE_VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze"})
 
 
 def _read_in_graph(value: ov.Output) -> bool:
-    """Whether a node other than the Result reads ``value`` or the value it views."""
+    """Whether a node other than the Result reads ``value`` or the value it views. A Transpose
+    counts as a view: the plugin merges the one of an activation saved channels-last
+    (channels_last.py) into the reorder out of its convolution's layout."""
     while len(value.get_target_inputs()) < 2:
         node = value.get_node()
-        if node.get_type_name() not in _IN_PLACE_VIEWS:
+        if node.get_type_name() not in _IN_PLACE_VIEWS and not channels_last.is_nhwc_transpose(node):
             return False
         value = node.input_value(0)
     return True
 
 
 def partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any):
-    """Inductor's min-cut partition, then saved permutations moved to the backward."""
+    """Inductor's min-cut partition, then saved permutations moved to the backward and a CNN's
+    activations saved channels-last."""
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     forward, backward = min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
     save_bases_of_permutations(forward, backward)
+    channels_last.save_channels_last(forward, backward)
     return forward, backward
 
 

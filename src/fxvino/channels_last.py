@@ -1,0 +1,423 @@
+"""Channels-last activations between a CNN's training forward and backward.
+
+The CPU plugin runs convolutions channels-last (its ``acdb`` layout), but a graph's inputs and
+outputs are plain (``abcd``). So a training forward reordered every saved activation to plain on
+its way out (ResNet-50 batch 8: 101 reorders, ~100 ms of a ~290 ms forward), and the backward,
+whose elementwise work the plugin runs in the plain layout of those inputs, reordered between it
+and every convolution (126 reorders, ~50 ms). Eager PyTorch and Inductor pay neither: they keep
+such activations channels-last and let strides describe them.
+
+Here the forward saves them as NHWC tensors (:func:`save_channels_last`): a Transpose the plugin
+merges into the reorder it already made, so it costs nothing. The backward then computes on
+"rows" (:func:`compute_in_rows`): an activation ``[N, C, H, W]`` is held as ``[N, H*W, C]``, the
+same bytes as the NHWC tensor and as the plugin's channels-last layout. Elementwise ops and
+per-channel reductions run on rows unchanged; a convolution reads ``Reshape(Transpose(rows))``,
+which the plugin turns into a no-op reorder (it merges a Transpose with the reorder after it, and
+a Reshape that splits one axis between them, when the Transpose has one reader: so each reader
+gets its own), and a convolution's result enters rows the same way. The pass uses rank 3, not an
+NHWC rank 4: for rank-4 tensors the plugin picks layouts by itself (a Transpose out of a
+convolution kept it channels-last, and so made its readers run on a permuted layout), while for
+rank 3 it has only the plain one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import openvino as ov
+import openvino.opset16 as ops
+import torch
+import torch.fx
+from openvino.utils.node_factory import NodeFactory
+
+aten = torch.ops.aten
+
+TO_NHWC = (0, 2, 3, 1)
+TO_NCHW = (0, 3, 1, 2)
+
+
+# --------------------------------------------------------------------------- the FX partition
+
+
+def save_channels_last(forward: torch.fx.GraphModule, backward: torch.fx.GraphModule) -> int:
+    """Saves a convolutional forward's activations as NHWC tensors, and has the backward permute
+    them back on entry; returns how many.
+
+    An activation is a saved rank-4 value the forward computes (not one of its inputs, which
+    reach the backward without a copy) whose shape is a convolution's input or output shape.
+    Values also returned to the caller are left alone."""
+    shapes = _convolution_shapes(forward)
+    if not shapes:
+        return 0
+    output = forward.graph.output_node()
+    outputs = list(output.args[0])
+    times = Counter(outputs)
+    entries = {n.name: n for n in backward.graph.find_nodes(op="placeholder")}
+    if not entries:
+        return 0
+    last_entry = list(entries.values())[-1]
+    saved = 0
+    for i, value in enumerate(outputs):
+        if not (
+            isinstance(value, torch.fx.Node)
+            and value.op == "call_function"
+            and times[value] == 1
+            and value.name in entries
+            and isinstance(value.meta.get("val"), torch.Tensor)
+            and tuple(value.meta["val"].shape) in shapes
+        ):
+            continue
+        nhwc_val = value.meta["val"].permute(TO_NHWC).contiguous()
+        with forward.graph.inserting_before(output):
+            nhwc = forward.graph.call_function(aten.permute.default, (value, list(TO_NHWC)))
+        nhwc.meta["val"] = nhwc_val
+        entry = entries[value.name]
+        with backward.graph.inserting_after(last_entry):
+            nchw = backward.graph.call_function(aten.permute.default, (entry, list(TO_NCHW)))
+        last_entry = nchw
+        nchw.meta = dict(entry.meta)
+        entry.replace_all_uses_with(nchw, delete_user_cb=lambda user, nchw=nchw: user is not nchw)
+        entry.meta = {k: v for k, v in entry.meta.items() if k != "tensor_meta"}
+        entry.meta["val"] = nhwc_val
+        outputs[i] = nhwc
+        saved += 1
+    if saved:
+        output.args = (type(output.args[0])(outputs), *output.args[1:])
+        forward.recompile()
+        backward.recompile()
+    return saved
+
+
+def _convolution_shapes(graph: torch.fx.GraphModule) -> set[tuple[int, ...]]:
+    """The static rank-4 shapes of 2-d convolutions' inputs and outputs in ``graph``."""
+    shapes: set[tuple[int, ...]] = set()
+    for node in graph.graph.find_nodes(op="call_function", target=aten.convolution.default):
+        for v in (
+            node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None,
+            node.meta.get("val"),
+        ):
+            if isinstance(v, torch.Tensor) and v.dim() == 4 and all(isinstance(d, int) for d in v.shape):
+                shapes.add(tuple(v.shape))
+    return shapes
+
+
+def is_nhwc_transpose(node: ov.Node) -> bool:
+    """Whether ``node`` is the Transpose of a rank-4 value to NHWC that saves an activation."""
+    return (
+        node.get_type_name() == "Transpose"
+        and node.get_output_partial_shape(0).rank == ov.Dimension(4)
+        and _constant_ints(node.input_value(1)) == list(TO_NHWC)
+    )
+
+
+# --------------------------------------------------------------------------- the OpenVINO backward
+
+_ELEMENTWISE = frozenset(
+    {
+        "Abs", "Add", "Ceiling", "Clamp", "Convert", "Divide", "Equal", "Erf", "Exp", "Floor",
+        "Greater", "GreaterEqual", "IsFinite", "IsInf", "IsNaN", "Less", "LessEqual", "Log",
+        "LogicalAnd", "LogicalNot", "LogicalOr", "LogicalXor", "Maximum", "Minimum", "Multiply",
+        "Negative", "NotEqual", "Power", "Relu", "Select", "Sigmoid", "Sign", "Sqrt",
+        "SquaredDifference", "Subtract", "Tanh",
+    }
+)  # fmt: skip
+_REDUCTIONS = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"})
+
+Key = tuple[str, int]
+
+
+def _key(value: ov.Output) -> Key:
+    return value.get_node().get_name(), value.get_index()
+
+
+def _i64(values) -> ov.Output:
+    return ops.constant(np.array(values, dtype=np.int64)).output(0)
+
+
+def _reshape(value: ov.Output, shape) -> ov.Output:
+    return ops.reshape(value, _i64(shape), False).output(0)
+
+
+def _transpose(value: ov.Output, order) -> ov.Output:
+    return ops.transpose(value, _i64(order)).output(0)
+
+
+def _static(value: ov.Output) -> list[int] | None:
+    shape = value.get_partial_shape()
+    return [d.get_length() for d in shape] if shape.is_static else None
+
+
+def _constant_ints(value: ov.Output) -> list[int] | None:
+    node = value.get_node()
+    if node.get_type_name() != "Constant":
+        return None
+    return [int(v) for v in np.asarray(node.get_data()).reshape(-1)]
+
+
+class _Rows:
+    """The rows form of the values converted so far, and the nodes they made dead."""
+
+    def __init__(self) -> None:
+        self.rows: dict[Key, ov.Output] = {}
+        self.originals: list[tuple[ov.Output, ov.Output, list[int]]] = []  # (NCHW value, its rows, shape)
+        self.replaced: set[str] = set()  # nodes no materialised NCHW value may feed
+        self.ones: dict[int, ov.Output] = {}  # a row of ones per length, for column sums
+        self.inputs: set[Key] = set()  # rows that view a graph input (see views_of)
+
+    def view(self, rows: ov.Output, shape: list[int]) -> ov.Output | None:
+        """A Reshape of ``rows`` to ``shape``, only where ``rows`` views a graph input.
+
+        The CPU plugin shares memory between a value and its Reshapes and merged reorders, and
+        it got that sharing wrong for a computed value that had both: a batch-norm gradient read
+        in rows by a column sum through a Reshape, by a convolution through a merged reorder and
+        by a weight gradient's Transpose gave gradients off by 100% (the plugin copied the value
+        for one reader after its memory had been reused). An input's memory is never reused, so
+        its views are safe; other rows are read as they are."""
+        if _key(rows) not in self.inputs:
+            return None
+        return _reshape(rows, shape)
+
+    def add(self, original: ov.Output, rows: ov.Output, shape: list[int]) -> None:
+        self.rows[_key(original)] = rows
+        self.originals.append((original, rows, shape))
+
+    def get(self, value: ov.Output) -> ov.Output | None:
+        return self.rows.get(_key(value))
+
+
+def compute_in_rows(model: ov.Model) -> int:
+    """Moves a backward's elementwise work on NHWC-saved activations into rows form; returns how
+    many ops it converted (0: the model is unchanged)."""
+    state = _Rows()
+    factory = NodeFactory("opset16")
+    converted = 0
+    for node in model.get_ordered_ops():
+        if node.get_output_size() != 1:
+            continue
+        kind = node.get_type_name()
+        out = node.output(0)
+        shape = _static(out)
+        if kind == "Transpose" and shape is not None and len(shape) == 4:
+            if _constant_ints(node.input_value(1)) == list(TO_NCHW):
+                n, c, h, w = shape
+                rows = _reshape(node.input_value(0), [n, h * w, c])
+                state.add(out, rows, shape)
+                if node.input_value(0).get_node().get_type_name() == "Parameter":
+                    state.inputs.add(_key(rows))
+            elif state.get(node.input_value(0)) is not None:
+                converted += _transpose_from_rows(node, state)
+        elif kind in _ELEMENTWISE and shape is not None and len(shape) == 4:
+            converted += _elementwise_in_rows(node, shape, state, factory)
+        elif kind in _REDUCTIONS and state.get(node.input_value(0)) is not None:
+            converted += _reduce_in_rows(node, state, factory)
+        elif kind == "MatMul":
+            converted += _matmul_on_rows(node, state)
+        elif kind == "Slice" and state.get(node.input_value(0)) is not None:
+            converted += _slice_in_rows(node, state)
+    if not converted:
+        return 0
+    for original, rows, shape in state.originals:
+        for target in list(original.get_target_inputs()):
+            if target.get_node().get_name() not in state.replaced:
+                target.replace_source_output(_to_nchw(rows, shape))
+    model.validate_nodes_and_infer_types()
+    return converted
+
+
+def _to_nchw(rows: ov.Output, shape: list[int]) -> ov.Output:
+    """An NCHW reader's own copy of the value: one Transpose per reader, so that the plugin can
+    merge each with the reorder to its reader's layout."""
+    n, c, h, w = shape
+    return _reshape(_transpose(rows, [0, 2, 1]), [n, c, h, w])
+
+
+def _operand(value: ov.Output, shape: list[int], state: _Rows) -> ov.Output | None:
+    """``value`` as an operand of a rows-form op whose NCHW result is ``shape``, or None."""
+    found = state.get(value)
+    if found is not None:
+        return found
+    s = _static(value)
+    if s is None or len(s) > 4:
+        return None
+    n_, c_, h_, w_ = [1] * (4 - len(s)) + s
+    n, c, h, w = shape
+    if math.prod(s) == 1:
+        return value if not s else _reshape(value, [1, 1, 1])
+    if h_ == 1 and w_ == 1:
+        return _reshape(value, [n_, 1, c_])  # per-channel (and per-sample) values
+    if c_ == 1 and (h_, w_) == (h, w):
+        return _reshape(value, [n_, h * w, 1])
+    if s != shape:
+        return None
+    producer = value.get_node()
+    if (
+        producer.get_type_name() == "Broadcast"
+        and producer.get_input_size() == 2
+        and producer.get_attributes().get("mode") in ("numpy", "bidirectional")
+    ):
+        spread = _static(producer.input_value(0))  # a per-channel value spread over the pixels
+        if spread is not None and len(spread) == 4 and spread[2:] == [1, 1]:
+            return ops.broadcast(
+                _reshape(producer.input_value(0), [spread[0], 1, spread[1]]), _i64([n, h * w, c])
+            ).output(0)
+    # A full-size value computed outside rows: free from a convolution's channels-last result,
+    # else one copy (where the plain chain would have reordered into the next convolution).
+    return _transpose(_reshape(value, [n, c, h * w]), [0, 2, 1])
+
+
+def _elementwise_in_rows(node: ov.Node, shape: list[int], state: _Rows, factory: NodeFactory) -> int:
+    attrs = node.get_attributes()
+    if attrs.get("auto_broadcast", "numpy") != "numpy":
+        return 0
+    values = [node.input_value(i) for i in range(node.get_input_size())]
+    if not any(state.get(v) is not None for v in values):
+        return 0
+    operands = [_operand(v, shape, state) for v in values]
+    if any(o is None for o in operands):
+        return 0
+    rows = factory.create(node.get_type_name(), operands, attrs).output(0)
+    state.add(node.output(0), rows, shape)
+    state.replaced.add(node.get_name())
+    return 1
+
+
+def _transpose_from_rows(node: ov.Node, state: _Rows) -> int:
+    """A permutation of a rows-form value that keeps H before W, together (a weight gradient's
+    swap of samples and channels): one Transpose of the rows, then a Reshape of its result."""
+    order = _constant_ints(node.input_value(1))
+    source = node.input_value(0)
+    shape = _static(source)
+    if order is None or shape is None:
+        return 0
+    composed = [TO_NCHW[o] for o in order]  # the permutation of the NHWC axes
+    where = composed.index(1)
+    if where + 1 >= len(composed) or composed[where + 1] != 2:
+        return 0
+    rows_order = [{0: 0, 1: 1, 3: 2}[a] for a in composed if a != 2]  # NHWC axes -> rows axes (HW = 1)
+    rows = state.get(source)
+    result = _static(node.output(0))
+    moved = rows if rows_order == [0, 1, 2] else _transpose(rows, rows_order)
+    node.output(0).replace(_reshape(moved, result))
+    state.replaced.add(node.get_name())
+    return 1
+
+
+def _reduce_in_rows(node: ov.Node, state: _Rows, factory: NodeFactory) -> int:
+    """A reduction over whole NCHW axes (H and W together), run on rows; 0 where the result's
+    axis order would differ (channels and pixels both kept)."""
+    source = node.input_value(0)
+    shape = _static(source)
+    axes = _constant_ints(node.input_value(1))
+    result = _static(node.output(0))
+    if shape is None or axes is None or result is None:
+        return 0
+    axes = {a % 4 for a in axes}
+    if (2 in axes) != (3 in axes) or (1 not in axes and 2 not in axes):
+        return 0
+    rows_axes = sorted({0} & axes | ({1} if 2 in axes else set()) | ({2} if 1 in axes else set()))
+    reduced = _column_sums(node, state.get(source), shape, rows_axes, state)
+    if reduced is None:
+        attrs = node.get_attributes()
+        reduced = factory.create(node.get_type_name(), [state.get(source), _i64(rows_axes)], attrs).output(0)
+    if _static(reduced) != result:
+        reduced = _reshape(reduced, result)
+    node.output(0).replace(reduced)
+    state.replaced.add(node.get_name())
+    return 1
+
+
+def _column_sums(node: ov.Node, rows: ov.Output, shape: list[int], rows_axes: list[int], state: _Rows):
+    """A per-channel sum or mean over samples and pixels as ``ones @ rows`` summed over the
+    samples, or None.
+
+    The plugin's ReduceSum over the leading axes of a plain tensor updates its accumulators in
+    memory for every row: 2-3x the time of the same sum over an NCHW tensor's trailing axes
+    (ResNet-50's batch-norm gradients: 60 ms against 35), where a MatMul by a row of ones takes
+    what the NCHW sum took."""
+    if rows_axes != [0, 1] or node.get_type_name() not in ("ReduceSum", "ReduceMean"):
+        return None
+    if rows.get_element_type() != ov.Type.f32:
+        return None
+    n, c, h, w = shape
+    ones = state.ones.get(h * w)
+    if ones is None:
+        ones = state.ones[h * w] = ops.constant(np.ones((1, h * w), np.float32)).output(0)
+    per_sample = ops.matmul(ones, rows, False, False)  # [N, 1, C]
+    sums = ops.reduce_sum(per_sample, _i64([0, 1]), False).output(0)
+    if node.get_type_name() == "ReduceMean":
+        sums = ops.divide(sums, ops.constant(np.float32(n * h * w))).output(0)
+    return sums
+
+
+def _matmul_on_rows(node: ov.Node, state: _Rows) -> int:
+    """A product of ``Reshape(x, [N, C, H*W])``: rows are that matrix transposed, which the
+    MatMul reads by flipping its operand's transpose flag. A pointwise convolution's weight
+    gradient sums such products over the batch; with both operands in rows the batch joins the
+    pixels as one longer product instead (no [N, Cout, Cin] stack to sum, and a deeper product
+    where a layer has few pixels: 49 at 7x7)."""
+    attrs = node.get_attributes()
+    flags = [attrs["transpose_a"], attrs["transpose_b"]]
+    operands = [node.input_value(0), node.input_value(1)]
+    sources: list[list[int] | None] = [None, None]
+    for i, value in enumerate(operands):
+        reshape = value.get_node()
+        if reshape.get_type_name() != "Reshape":
+            continue
+        source = reshape.input_value(0)
+        rows, shape = state.get(source), _static(source)
+        if rows is None or shape is None:
+            continue
+        n, c, h, w = shape
+        if _static(value) != [n, c, h * w]:
+            continue
+        operands[i], flags[i], sources[i] = rows, not flags[i], shape
+    if sources == [None, None]:
+        return 0
+    batch_sum = _batch_sum_reader(node)
+    merged = None
+    if batch_sum is not None and sources[0] is not None and sources[1] is not None and flags == [True, False]:
+        (n, ca, h, w), cb = sources[0], sources[1][1]
+        merged = state.view(operands[0], [n * h * w, ca]), state.view(operands[1], [n * h * w, cb])
+    if merged is not None and None not in merged:
+        batch_sum.output(0).replace(ops.matmul(merged[0], merged[1], True, False).output(0))
+        state.replaced.add(batch_sum.get_name())
+    else:
+        node.output(0).replace(ops.matmul(operands[0], operands[1], flags[0], flags[1]).output(0))
+    state.replaced.add(node.get_name())
+    return 1
+
+
+def _batch_sum_reader(node: ov.Node) -> ov.Node | None:
+    """The ReduceSum over axis 0 (not kept) that is ``node``'s only reader, or None."""
+    targets = list(node.output(0).get_target_inputs())
+    if len(targets) != 1:
+        return None
+    reader = targets[0].get_node()
+    if reader.get_type_name() != "ReduceSum" or reader.get_attributes().get("keep_dims"):
+        return None
+    axes = _constant_ints(reader.input_value(1))
+    return reader if axes is not None and [a % 3 for a in axes] == [0] else None
+
+
+def _slice_in_rows(node: ov.Node, state: _Rows) -> int:
+    """A Slice of spatial axes (a strided 1x1 convolution's input), taken on the NHWC bytes."""
+    source = node.input_value(0)
+    shape = _static(source)
+    result = _static(node.output(0))
+    if node.get_input_size() < 5 or shape is None or result is None:
+        return 0
+    axes = _constant_ints(node.input_value(4))
+    if axes is None or not {a % 4 for a in axes} <= {2, 3}:
+        return 0
+    n, c, h, w = shape
+    nhwc = state.view(state.get(source), [n, h, w, c])
+    if nhwc is None:
+        return 0
+    moved = _i64([{2: 1, 3: 2}[a % 4] for a in axes])
+    sliced = ops.slice(nhwc, node.input_value(1), node.input_value(2), node.input_value(3), moved).output(0)
+    rn, rc, rh, rw = result
+    state.add(node.output(0), _reshape(sliced, [rn, rh * rw, rc]), result)
+    state.replaced.add(node.get_name())
+    return 1

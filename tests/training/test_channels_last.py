@@ -1,0 +1,170 @@
+"""A CNN's activations cross from the training forward to the backward channels-last, and the
+backward's elementwise work runs on rows ([N, H*W, C]): gradients stay eager's, and the plugin's
+reorders between its convolutions' layout and the plain one go away (channels_last.py)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import openvino as ov
+import openvino.opset16 as ops
+import torch
+from train_loop import TRAINING
+
+import fxvino
+from fxvino import channels_last
+
+N, C1, C2, SIDE = 4, 24, 48, 16  # channels differ from every spatial size: NHWC shapes are unambiguous
+
+
+class _Bottleneck(torch.nn.Module):
+    """ResNet's shapes in small: 1x1, strided 3x3 and 1x1 convolutions with batch norm and ReLU,
+    a strided 1x1 downsample on the residual path, pooling and a classifier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, C1, 3, padding=1), torch.nn.BatchNorm2d(C1), torch.nn.ReLU())
+        self.body = torch.nn.Sequential(
+            torch.nn.Conv2d(C1, C1, 1, bias=False),
+            torch.nn.BatchNorm2d(C1),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(C1, C1, 3, stride=2, padding=1, bias=False),
+            torch.nn.BatchNorm2d(C1),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(C1, C2, 1, bias=False),
+            torch.nn.BatchNorm2d(C2),
+        )
+        self.down = torch.nn.Sequential(torch.nn.Conv2d(C1, C2, 1, stride=2, bias=False), torch.nn.BatchNorm2d(C2))
+        self.head = torch.nn.Linear(C2, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.stem(x)
+        h = torch.relu(self.body(h) + self.down(h))
+        return self.head(h.mean((2, 3)))
+
+
+def _train(model: torch.nn.Module, x: torch.Tensor, steps: int = 2) -> fxvino.Report:
+    twin = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="fxvino", options=TRAINING)
+    with fxvino.collect_reports() as report:
+        for _ in range(steps):
+            compiled(x).square().mean().backward()
+    for _ in range(steps):
+        twin(x).square().mean().backward()
+    for ours, ref in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-4, atol=1e-5)
+    assert not report.fallbacks and not report.torch_ops, str(report)
+    return report
+
+
+def _copying_reorders(compiled: ov.CompiledModel, at_least: int) -> int:
+    """Reorders of at least ``at_least`` elements the plugin runs (a merged one is named
+    ``..._fake`` and copies nothing)."""
+    count = 0
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        if op.get_rt_info()["layerType"].astype(str) != "Reorder" or op.get_friendly_name().endswith("_fake"):
+            continue
+        shape = op.get_output_partial_shape(0)
+        count += shape.is_static and int(np.prod(list(shape.to_shape()))) >= at_least
+    return count
+
+
+def test_cnn_training_saves_activations_channels_last_and_computes_gradients_on_rows(monkeypatch):
+    torch.manual_seed(0)
+    x = torch.randn(N, 3, SIDE, SIDE, generator=torch.Generator().manual_seed(1))
+    report = _train(_Bottleneck(), x)
+    forward, backward = (g.ov_partitions[0].compiled for g in report.graphs)
+    shapes = [list(p.get_shape()) for p in forward.outputs if p.get_partial_shape().rank.get_length() == 4]
+    saved = [s for s in shapes if s[0] == N]  # activations, not batch-norm statistics
+    assert len(saved) >= 8, shapes
+    assert all(s[3] in (C1, C2) and s[1] == s[2] < s[3] for s in saved), [s for s in saved if s[3] not in (C1, C2)]
+    rows = [
+        op
+        for op in backward.get_runtime_model().get_ordered_ops()
+        if op.get_rt_info()["layerType"].astype(str) in ("Subgraph", "Eltwise")
+        and op.get_output_partial_shape(0).rank.get_length() == 3
+    ]
+    assert len(rows) >= 5, len(rows)
+    activation = N * C1 * (SIDE // 2) ** 2
+    with_rows = _copying_reorders(forward, activation) + _copying_reorders(backward, activation)
+
+    monkeypatch.setattr(channels_last, "save_channels_last", lambda forward, backward: 0)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    report = _train(_Bottleneck(), x)
+    forward, backward = (g.ov_partitions[0].compiled for g in report.graphs)
+    plain = _copying_reorders(forward, activation) + _copying_reorders(backward, activation)
+    assert with_rows * 2 <= plain, (with_rows, plain)
+
+
+# --------------------------------------------------------------------------- the pass on its own
+
+
+def _i64(values) -> ov.Output:
+    return ops.constant(np.array(values, dtype=np.int64)).output(0)
+
+
+def _backward_like_model() -> ov.Model:
+    """NHWC inputs permuted to NCHW, as the backward takes saved activations, and the readers the
+    pass handles: per-channel operands, a mask, sums and means over pixels, a maximum per
+    sample, a convolution both read and written, a permutation, a pointwise weight gradient, a
+    spatial Slice and a Pad it cannot run on rows."""
+    rng = np.random.default_rng(0)
+    h = w = 6
+    n, c = 2, 8
+    p = ops.parameter([n, h, w, c], np.float32, name="p")
+    q = ops.parameter([n, h, w, c], np.float32, name="q")
+    mean = ops.parameter([1, c, 1, 1], np.float32, name="mean")
+    x = ops.transpose(p, _i64(channels_last.TO_NCHW))
+    y = ops.transpose(q, _i64(channels_last.TO_NCHW))
+    a = ops.multiply(ops.subtract(x, mean), y)
+    b = ops.select(ops.less_equal(y, ops.constant(np.float32(0))), ops.constant(np.float32(0)), a)
+    sums = ops.reduce_sum(b, _i64([0, 2, 3]), False)
+    means = ops.reduce_mean(a, _i64([0, 2, 3]), True)
+    peaks = ops.reduce_max(b, _i64([2, 3]), False)
+    weight = ops.constant(rng.standard_normal((c, c, 3, 3)).astype(np.float32))
+    d = ops.convolution_backprop_data(b, weight, [1, 1], None, [1, 1], [1, 1], [1, 1])
+    e = ops.add(d, a)
+    swapped = ops.transpose(e, _i64([1, 0, 2, 3]))
+    flat_y = ops.reshape(y, _i64([n, c, h * w]), False)
+    flat_x = ops.reshape(x, _i64([n, c, h * w]), False)
+    pointwise = ops.reduce_sum(ops.matmul(flat_y, flat_x, False, True), _i64([0]), False)
+    strided = ops.slice(x, _i64([0, 0]), _i64([h, w]), _i64([2, 2]), _i64([2, 3]))
+    strided = ops.multiply(strided, ops.constant(np.float32(3)))
+    padded = ops.pad(e, _i64([0, 0, 1, 0]), _i64([0, 0, 0, 1]), "constant", ops.constant(np.float32(0)))
+    outputs = [sums, means, peaks, e, swapped, pointwise, strided, padded]
+    return ov.Model([o.output(0) for o in outputs], [p, q, mean])
+
+
+def test_compute_in_rows_matches_the_nchw_graph():
+    plain = _backward_like_model()
+    converted = _backward_like_model()
+    assert channels_last.compute_in_rows(converted) >= 8
+    kinds = {
+        op.get_type_name()
+        for op in converted.get_ordered_ops()
+        if op.get_output_partial_shape(0).rank == ov.Dimension(3)
+    }
+    assert {"Subtract", "Multiply", "Select", "Add"} <= kinds, kinds
+    rng = np.random.default_rng(1)
+    inputs = [rng.standard_normal(list(p.get_shape())).astype(np.float32) for p in plain.get_parameters()]
+    core = ov.Core()
+    config = {"INFERENCE_PRECISION_HINT": "f32"}
+    want = core.compile_model(plain, "CPU", config)(inputs)
+    got = core.compile_model(converted, "CPU", config)(inputs)
+    for expected, actual in zip(want.values(), got.values(), strict=True):
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_rows_computed_in_the_graph_are_never_reshaped():
+    """Only rows that view a graph input are read through Reshapes (merged products, Slices):
+    the CPU plugin miscomputed a computed value shared by a Reshape and a merged reorder."""
+    model = _backward_like_model()
+    channels_last.compute_in_rows(model)
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "Reshape":
+            continue
+        source = op.input_value(0).get_node()
+        if source.get_output_partial_shape(0).rank == ov.Dimension(3):
+            assert source.get_type_name() not in ("Subtract", "Multiply", "Select", "Add"), source
