@@ -47,8 +47,9 @@ from fxvino.options import Options
 # hundreds of MB of the plugin's memory: training.results_in_execution_order; 5: training graphs
 # compiled without snippets, and a graph's random-stream keys computed in one vector; 6:
 # convolution gradients padded to exactly their shapes, so older entries compute rows they crop;
-# 7: a CNN's training graphs pass activations channels-last, and older backwards take NCHW).
-KEY_FORMAT = 7
+# 7: a CNN's training graphs pass activations channels-last, and older backwards take NCHW;
+# 8: weight gradients over 32+ channels are one product over gathered windows).
+KEY_FORMAT = 8
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.
 _PARALLEL_BYTES = 64 << 20

@@ -298,10 +298,25 @@ def _transpose_from_rows(node: ov.Node, state: _Rows) -> int:
     rows_order = [{0: 0, 1: 1, 3: 2}[a] for a in composed if a != 2]  # NHWC axes -> rows axes (HW = 1)
     rows = state.get(source)
     result = _static(node.output(0))
-    moved = rows if rows_order == [0, 1, 2] else _transpose(rows, rows_order)
-    node.output(0).replace(_reshape(moved, result))
+    if rows_order != [0, 1, 2]:
+        node.output(0).replace(_reshape(_transpose(rows, rows_order), result))
+        state.replaced.add(node.get_name())
+        return 1
+    # To NHWC: the rows' own bytes. A Reshape back to rows' shape (a channels-last weight
+    # gradient's operand) reads the rows; other readers get a view where that is safe.
+    readers = [target.get_node() for target in node.output(0).get_target_inputs()]
+    handled = 0
+    for reader in readers:
+        if reader.get_type_name() == "Reshape" and _static(reader.output(0)) == _static(rows):
+            reader.output(0).replace(rows)
+            handled += 1
+    view = state.view(rows, result)
+    if view is not None:
+        node.output(0).replace(view)
+    elif handled < len(readers):
+        return handled  # the rest read the Transpose of a materialised NCHW value
     state.replaced.add(node.get_name())
-    return 1
+    return max(handled, 1)
 
 
 def _reduce_in_rows(node: ov.Node, state: _Rows, factory: NodeFactory) -> int:

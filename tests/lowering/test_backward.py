@@ -143,6 +143,38 @@ def test_pointwise_weight_gradient_is_a_matmul():
 @pytest.mark.parametrize(
     ("conv", "x"),
     [
+        (nn.Conv2d(32, 16, 3, padding=1), (2, 32, 9, 10)),
+        (nn.Conv2d(32, 8, 3, stride=2, padding=1, bias=False), (2, 32, 9, 10)),  # a row no window reached
+        (nn.Conv2d(40, 8, (3, 2), stride=(2, 1), padding=(2, 0), dilation=(2, 1)), (3, 40, 11, 7)),
+        (nn.Conv2d(32, 8, 3), (2, 32, 6, 6)),  # no padding
+    ],
+)
+def test_weight_gradient_over_many_channels_is_one_product(conv, x):
+    """From 32 input channels a weight gradient is a MatMul over gathered windows (the
+    convolution over the batch contracts over only the batch per tap); input gradients stay
+    transposed convolutions."""
+    ref = copy.deepcopy(conv)
+    x = torch.randn(x, requires_grad=True)
+    with fxvino.collect_reports() as report:
+        torch.compile(conv, backend="fxvino", options={"aot_autograd": True})(x).square().sum().backward()
+    got = x.grad
+    x.grad = None
+    ref(x).square().sum().backward()
+    torch.testing.assert_close(got, x.grad, rtol=1e-4, atol=1e-5)
+    for p, q in zip(conv.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
+    assert_backward_on_openvino(report, "aten.convolution_backward.default")
+    layers = [
+        op.get_rt_info()["layerType"].astype(str)
+        for part in backward_graph(report).ov_partitions
+        for op in part.compiled.get_runtime_model().get_ops()
+    ]
+    assert "Gather" in layers and "MatMul" in layers and "Convolution" not in layers, layers
+
+
+@pytest.mark.parametrize(
+    ("conv", "x"),
+    [
         (nn.Conv2d(4, 6, 3, stride=2, padding=1), (2, 4, 8, 8)),  # ResNet's downsampling 3x3
         (nn.Conv2d(3, 8, 7, stride=2, padding=3), (2, 3, 16, 16)),  # the 7x7 stem
         (nn.Conv2d(4, 6, 3, padding=1), (2, 4, 7, 7)),
