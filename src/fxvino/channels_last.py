@@ -23,7 +23,6 @@ rank 3 it has only the plain one.
 from __future__ import annotations
 
 import math
-from collections import Counter
 
 import numpy as np
 import openvino as ov
@@ -31,6 +30,8 @@ import openvino.opset16 as ops
 import torch
 import torch.fx
 from openvino.utils.node_factory import NodeFactory
+
+from fxvino.saved_values import SavedValues
 
 aten = torch.ops.aten
 
@@ -51,43 +52,17 @@ def save_channels_last(forward: torch.fx.GraphModule, backward: torch.fx.GraphMo
     shapes = _convolution_shapes(forward)
     if not shapes:
         return 0
-    output = forward.graph.output_node()
-    outputs = list(output.args[0])
-    times = Counter(outputs)
-    entries = {n.name: n for n in backward.graph.find_nodes(op="placeholder")}
-    if not entries:
-        return 0
-    last_entry = list(entries.values())[-1]
-    saved = 0
-    for i, value in enumerate(outputs):
-        if not (
-            isinstance(value, torch.fx.Node)
-            and value.op == "call_function"
-            and times[value] == 1
-            and value.name in entries
-            and isinstance(value.meta.get("val"), torch.Tensor)
-            and tuple(value.meta["val"].shape) in shapes
-        ):
+    saved = SavedValues(forward, backward)
+    for i, value in list(saved.movable()):
+        val = value.meta.get("val")
+        if not isinstance(val, torch.Tensor) or tuple(val.shape) not in shapes:
             continue
-        nhwc_val = value.meta["val"].permute(TO_NHWC).contiguous()
-        with forward.graph.inserting_before(output):
+        with forward.graph.inserting_before(forward.graph.output_node()):
             nhwc = forward.graph.call_function(aten.permute.default, (value, list(TO_NHWC)))
-        nhwc.meta["val"] = nhwc_val
-        entry = entries[value.name]
-        with backward.graph.inserting_after(last_entry):
-            nchw = backward.graph.call_function(aten.permute.default, (entry, list(TO_NCHW)))
-        last_entry = nchw
-        nchw.meta = dict(entry.meta)
-        entry.replace_all_uses_with(nchw, delete_user_cb=lambda user, nchw=nchw: user is not nchw)
-        entry.meta = {k: v for k, v in entry.meta.items() if k != "tensor_meta"}
-        entry.meta["val"] = nhwc_val
-        outputs[i] = nhwc
-        saved += 1
-    if saved:
-        output.args = (type(output.args[0])(outputs), *output.args[1:])
-        forward.recompile()
-        backward.recompile()
-    return saved
+        nhwc.meta["val"] = val.permute(TO_NHWC).contiguous()
+        meta = {k: v for k, v in saved.backward_meta(value).items() if k != "tensor_meta"}
+        saved.resave(i, nhwc, {**meta, "val": nhwc.meta["val"]}, aten.permute.default, (list(TO_NCHW),))
+    return saved.commit()
 
 
 def _convolution_shapes(graph: torch.fx.GraphModule) -> set[tuple[int, ...]]:

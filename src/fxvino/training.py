@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -48,6 +47,7 @@ from fxvino import channels_last, heap
 from fxvino.lowering import helpers as h
 from fxvino.lowering.convert import LoweredGraph
 from fxvino.runtime import LEND_BYTES, static_bytes
+from fxvino.saved_values import SavedValues
 
 logger = logging.getLogger("fxvino")
 
@@ -243,45 +243,16 @@ def partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any):
 
 def save_bases_of_permutations(forward: torch.fx.GraphModule, backward: torch.fx.GraphModule) -> int:
     """Saved tensors that are permutations of another forward tensor are saved as that tensor, and
-    the backward permutes it on entry; returns how many. A saved value reaches the backward as a
-    placeholder of the same name (AOTAutograd's partitioner names them so); values also returned
-    to the caller are left alone (only their saved copy would move)."""
-    output = forward.graph.output_node()
-    outputs = list(output.args[0])
-    times = Counter(outputs)
-    entries = {n.name: n for n in backward.graph.find_nodes(op="placeholder")}
-    if not entries:
-        return 0
-    last_entry = list(entries.values())[-1]
-    moved: list[torch.fx.Node] = []
-    for i, value in enumerate(outputs):
-        if not (
-            isinstance(value, torch.fx.Node)
-            and value.op == "call_function"
-            and value.target in PERMUTATIONS
-            and times[value] == 1
-            and value.name in entries
-        ):
-            continue
+    the backward permutes it on entry; returns how many."""
+    saved = SavedValues(forward, backward)
+    for i, value in list(saved.movable()):
         base = value.args[0]
-        if not isinstance(base, torch.fx.Node) or "val" not in base.meta:
+        if value.target not in PERMUTATIONS or value.kwargs or not isinstance(base, torch.fx.Node):
             continue
-        entry = entries[value.name]
-        with backward.graph.inserting_after(last_entry):
-            view = backward.graph.call_function(value.target, (entry, *value.args[1:]), dict(value.kwargs))
-        last_entry = view
-        view.meta = dict(value.meta)
-        entry.replace_all_uses_with(view, delete_user_cb=lambda user, view=view: user is not view)
-        entry.meta = {**entry.meta, "val": base.meta["val"]}
+        if "val" not in base.meta:
+            continue
+        meta = {**saved.backward_meta(value), "val": base.meta["val"]}
         if "tensor_meta" in base.meta:
-            entry.meta["tensor_meta"] = base.meta["tensor_meta"]
-        outputs[i] = base
-        moved.append(value)
-    if moved:
-        output.args = (type(output.args[0])(outputs), *output.args[1:])
-        for value in moved:
-            if not value.users:
-                forward.graph.erase_node(value)
-        forward.recompile()
-        backward.recompile()
-    return len(moved)
+            meta["tensor_meta"] = base.meta["tensor_meta"]
+        saved.resave(i, base, meta, value.target, tuple(value.args[1:]))
+    return saved.commit()

@@ -140,6 +140,23 @@ def test_pointwise_weight_gradient_is_a_matmul():
     assert "MatMul" in layers and "Convolution" not in layers, layers
 
 
+def _conv_step_like_eager(conv: nn.Module, shape, **tolerance):
+    """One training step of ``conv`` compiled and of an eager twin: input and parameter
+    gradients must agree, and the backward run on OpenVINO. Returns the report."""
+    ref = copy.deepcopy(conv)
+    x = torch.randn(shape, requires_grad=True)
+    with fxvino.collect_reports() as report:
+        torch.compile(conv, backend="fxvino", options={"aot_autograd": True})(x).square().sum().backward()
+    got = x.grad
+    x.grad = None
+    ref(x).square().sum().backward()
+    torch.testing.assert_close(got, x.grad, **tolerance)
+    for p, q in zip(conv.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, **tolerance)
+    assert_backward_on_openvino(report, "aten.convolution_backward.default")
+    return report
+
+
 @pytest.mark.parametrize(
     ("conv", "x"),
     [
@@ -153,17 +170,7 @@ def test_weight_gradient_over_many_channels_is_one_product(conv, x):
     """From 32 input channels a weight gradient is a MatMul over gathered windows (the
     convolution over the batch contracts over only the batch per tap); input gradients stay
     transposed convolutions."""
-    ref = copy.deepcopy(conv)
-    x = torch.randn(x, requires_grad=True)
-    with fxvino.collect_reports() as report:
-        torch.compile(conv, backend="fxvino", options={"aot_autograd": True})(x).square().sum().backward()
-    got = x.grad
-    x.grad = None
-    ref(x).square().sum().backward()
-    torch.testing.assert_close(got, x.grad, rtol=1e-4, atol=1e-5)
-    for p, q in zip(conv.parameters(), ref.parameters(), strict=True):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
-    assert_backward_on_openvino(report, "aten.convolution_backward.default")
+    report = _conv_step_like_eager(conv, x, rtol=1e-4, atol=1e-4)
     layers = [
         op.get_rt_info()["layerType"].astype(str)
         for part in backward_graph(report).ov_partitions
@@ -185,17 +192,7 @@ def test_convolution_gradients_compute_no_rows_they_crop(conv, x):
     gradient's to the kernel (the forward's end padding reached past it: 4x4 computed for a
     stride-2 3x3), the input gradient's to the input. No Slice or Pad trims them afterwards;
     the transposed kernel leaves as a 3-d permutation."""
-    ref = copy.deepcopy(conv)
-    x = torch.randn(x, requires_grad=True)
-    with fxvino.collect_reports() as report:
-        torch.compile(conv, backend="fxvino", options={"aot_autograd": True})(x).square().sum().backward()
-    got = x.grad
-    x.grad = None
-    ref(x).square().sum().backward()
-    torch.testing.assert_close(got, x.grad)
-    for p, q in zip(conv.parameters(), ref.parameters(), strict=True):
-        torch.testing.assert_close(p.grad, q.grad)
-    assert_backward_on_openvino(report, "aten.convolution_backward.default")
+    report = _conv_step_like_eager(conv, x)
     kernel = list(conv.weight.shape[2:])
     for part in backward_graph(report).ov_partitions:
         ops_ = part.compiled.get_runtime_model().get_ops()

@@ -4,15 +4,12 @@ reorders between its convolutions' layout and the plain one go away (channels_la
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import openvino as ov
 import openvino.opset16 as ops
 import torch
-from train_loop import TRAINING
+from train_loop import train_like_eager
 
-import fxvino
 from fxvino import channels_last
 
 N, C1, C2, SIDE = 4, 24, 48, 16  # channels differ from every spatial size: NHWC shapes are unambiguous
@@ -44,20 +41,6 @@ class _Bottleneck(torch.nn.Module):
         return self.head(h.mean((2, 3)))
 
 
-def _train(model: torch.nn.Module, x: torch.Tensor, steps: int = 2) -> fxvino.Report:
-    twin = copy.deepcopy(model)
-    compiled = torch.compile(model, backend="fxvino", options=TRAINING)
-    with fxvino.collect_reports() as report:
-        for _ in range(steps):
-            compiled(x).square().mean().backward()
-    for _ in range(steps):
-        twin(x).square().mean().backward()
-    for ours, ref in zip(model.parameters(), twin.parameters(), strict=True):
-        torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-4, atol=1e-5)
-    assert not report.fallbacks and not report.torch_ops, str(report)
-    return report
-
-
 def _copying_reorders(compiled: ov.CompiledModel, at_least: int) -> int:
     """Reorders of at least ``at_least`` elements the plugin runs (a merged one is named
     ``..._fake`` and copies nothing)."""
@@ -73,7 +56,7 @@ def _copying_reorders(compiled: ov.CompiledModel, at_least: int) -> int:
 def test_cnn_training_saves_activations_channels_last_and_computes_gradients_on_rows(monkeypatch):
     torch.manual_seed(0)
     x = torch.randn(N, 3, SIDE, SIDE, generator=torch.Generator().manual_seed(1))
-    report = _train(_Bottleneck(), x)
+    report = train_like_eager(_Bottleneck(), x, steps=2)
     forward, backward = (g.ov_partitions[0].compiled for g in report.graphs)
     shapes = [list(p.get_shape()) for p in forward.outputs if p.get_partial_shape().rank.get_length() == 4]
     saved = [s for s in shapes if s[0] == N]  # activations, not batch-norm statistics
@@ -92,7 +75,7 @@ def test_cnn_training_saves_activations_channels_last_and_computes_gradients_on_
     monkeypatch.setattr(channels_last, "save_channels_last", lambda forward, backward: 0)
     torch._dynamo.reset()
     torch.manual_seed(0)
-    report = _train(_Bottleneck(), x)
+    report = train_like_eager(_Bottleneck(), x, steps=2)
     forward, backward = (g.ov_partitions[0].compiled for g in report.graphs)
     plain = _copying_reorders(forward, activation) + _copying_reorders(backward, activation)
     assert with_rows * 2 <= plain, (with_rows, plain)

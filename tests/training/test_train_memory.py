@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 
 import torch
-from train_loop import TRAINING
+from train_loop import TRAINING, train_like_eager
 
 import fxvino
 from harness import largest_constant_bytes, most_bytes_live
@@ -61,25 +61,6 @@ class _Wide(torch.nn.Module):
         return x
 
 
-def _train_like_eager(model: torch.nn.Module, x: torch.Tensor, steps: int, before_backward=None) -> fxvino.Report:
-    """Trains ``model`` compiled and an eager twin on ``x``; their gradients must agree.
-    ``before_backward(report)`` runs between the first forward and its backward."""
-    twin = copy.deepcopy(model)
-    compiled = torch.compile(model, backend="fxvino", options=TRAINING)
-    with fxvino.collect_reports() as report:
-        for step in range(steps):
-            loss = compiled(x).square().mean()
-            if step == 0 and before_backward is not None:
-                before_backward(report)
-            loss.backward()
-    for _ in range(steps):
-        twin(x).square().mean().backward()
-    for ours, ref in zip(model.parameters(), twin.parameters(), strict=True):
-        torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-4, atol=1e-5)
-    assert not report.fallbacks and not report.torch_ops, str(report)
-    return report
-
-
 def test_the_backward_is_compiled_and_primed_with_the_forward():
     def compiled_and_primed(report: fxvino.Report) -> None:
         kinds = [g.kind for g in report.graphs]
@@ -90,7 +71,7 @@ def test_the_backward_is_compiled_and_primed_with_the_forward():
 
     torch.manual_seed(0)
     x = torch.randn(16, 2048, generator=torch.Generator().manual_seed(1))
-    _train_like_eager(_Wide(), x, steps=1, before_backward=compiled_and_primed)
+    train_like_eager(_Wide(), x, steps=1, before_backward=compiled_and_primed)
 
 
 def test_small_backwards_and_integer_divisions_are_not_primed():
@@ -130,7 +111,7 @@ class _Saved(torch.nn.Module):
 def test_saved_activations_leave_the_forward_as_dynamic_outputs():
     torch.manual_seed(0)
     x = torch.randn(512, 256, generator=torch.Generator().manual_seed(1))
-    report = _train_like_eager(_Saved(), x, steps=2)
+    report = train_like_eager(_Saved(), x, steps=2)
     forward = report.graphs[0].ov_partitions[0].compiled
     large = [p for p in forward.outputs if p.get_partial_shape().rank.get_length() >= 2]
     dynamic = [p for p in large if not p.get_partial_shape().is_static]
@@ -179,7 +160,7 @@ class _ConvBlocks(torch.nn.Module):
 def test_saved_values_are_reordered_out_as_soon_as_they_are_computed():
     torch.manual_seed(0)
     x = torch.randn(8, 16, 32, 32, generator=torch.Generator().manual_seed(1))
-    report = _train_like_eager(_ConvBlocks(), x, steps=2)  # outputs renumbered: gradients still eager's
+    report = train_like_eager(_ConvBlocks(), x, steps=2)  # outputs renumbered: gradients still eager's
     forward = report.graphs[0].ov_partitions[0].compiled
     activation = x.numel() * 4  # 512 KB; the forward saves twelve of them
     saved = [p for p in forward.outputs if p.get_partial_shape().rank.get_length() == 4]
@@ -196,12 +177,12 @@ def _layer_types(compiled) -> set[str]:
 def test_training_graphs_compile_without_snippets_except_backwards_with_convolutions():
     torch.manual_seed(0)
     x = torch.randn(8, 16, 32, 32, generator=torch.Generator().manual_seed(1))
-    report = _train_like_eager(_ConvBlocks(), x, steps=1)
+    report = train_like_eager(_ConvBlocks(), x, steps=1)
     forward, backward = (g.ov_partitions[0].compiled for g in report.graphs)
     assert "Subgraph" not in _layer_types(forward)
     assert "Subgraph" in _layer_types(backward)  # batch-norm and ReLU gradients stay fused
 
     x = torch.randn(512, 256, generator=torch.Generator().manual_seed(1))
-    report = _train_like_eager(_Saved(), x, steps=1)
+    report = train_like_eager(_Saved(), x, steps=1)
     for graph in report.graphs:
         assert "Subgraph" not in _layer_types(graph.ov_partitions[0].compiled), graph.kind

@@ -79,3 +79,23 @@ def assert_training_on_openvino(report: fxvino.Report) -> None:
     assert not report.torch_ops, str(report)
     for g in report.graphs:
         assert g.ov_partitions, str(report)
+
+
+def train_like_eager(model: torch.nn.Module, x: torch.Tensor, steps: int, before_backward=None) -> fxvino.Report:
+    """Trains ``model`` compiled and an eager twin on ``x`` (loss: the output's mean square);
+    their gradients must agree and the compiled steps run on OpenVINO only.
+    ``before_backward(report)`` runs between the first forward and its backward."""
+    twin = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="fxvino", options=TRAINING)
+    with fxvino.collect_reports() as report:
+        for step in range(steps):
+            loss = compiled(x).square().mean()
+            if step == 0 and before_backward is not None:
+                before_backward(report)
+            loss.backward()
+    for _ in range(steps):
+        twin(x).square().mean().backward()
+    for ours, ref in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-4, atol=1e-5)
+    assert not report.fallbacks and not report.torch_ops, str(report)
+    return report
