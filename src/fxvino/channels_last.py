@@ -31,6 +31,7 @@ import torch
 import torch.fx
 from openvino.utils.node_factory import NodeFactory
 
+from fxvino.lowering import helpers as h
 from fxvino.saved_values import SavedValues
 
 aten = torch.ops.aten
@@ -107,18 +108,6 @@ def _key(value: ov.Output) -> Key:
     return value.get_node().get_name(), value.get_index()
 
 
-def _i64(values) -> ov.Output:
-    return ops.constant(np.array(values, dtype=np.int64)).output(0)
-
-
-def _reshape(value: ov.Output, shape) -> ov.Output:
-    return ops.reshape(value, _i64(shape), False).output(0)
-
-
-def _transpose(value: ov.Output, order) -> ov.Output:
-    return ops.transpose(value, _i64(order)).output(0)
-
-
 def _static(value: ov.Output) -> list[int] | None:
     shape = value.get_partial_shape()
     return [d.get_length() for d in shape] if shape.is_static else None
@@ -152,7 +141,7 @@ class _Rows:
         its views are safe; other rows are read as they are."""
         if _key(rows) not in self.inputs:
             return None
-        return _reshape(rows, shape)
+        return h.reshape(rows, shape)
 
     def add(self, original: ov.Output, rows: ov.Output, shape: list[int]) -> None:
         self.rows[_key(original)] = rows
@@ -176,8 +165,8 @@ def compute_in_rows(model: ov.Model) -> int:
         shape = _static(out)
         if kind == "Transpose" and shape is not None and len(shape) == 4:
             if _constant_ints(node.input_value(1)) == list(TO_NCHW):
-                n, c, h, w = shape
-                rows = _reshape(node.input_value(0), [n, h * w, c])
+                n, c, height, width = shape
+                rows = h.reshape(node.input_value(0), [n, height * width, c])
                 state.add(out, rows, shape)
                 if node.input_value(0).get_node().get_type_name() == "Parameter":
                     state.inputs.add(_key(rows))
@@ -204,8 +193,8 @@ def compute_in_rows(model: ov.Model) -> int:
 def _to_nchw(rows: ov.Output, shape: list[int]) -> ov.Output:
     """An NCHW reader's own copy of the value: one Transpose per reader, so that the plugin can
     merge each with the reorder to its reader's layout."""
-    n, c, h, w = shape
-    return _reshape(_transpose(rows, [0, 2, 1]), [n, c, h, w])
+    n, c, height, width = shape
+    return h.reshape(h.transpose(rows, [0, 2, 1]), [n, c, height, width])
 
 
 def _operand(value: ov.Output, shape: list[int], state: _Rows) -> ov.Output | None:
@@ -216,14 +205,14 @@ def _operand(value: ov.Output, shape: list[int], state: _Rows) -> ov.Output | No
     s = _static(value)
     if s is None or len(s) > 4:
         return None
-    n_, c_, h_, w_ = [1] * (4 - len(s)) + s
-    n, c, h, w = shape
+    n_, c_, height_, width_ = [1] * (4 - len(s)) + s
+    n, c, height, width = shape
     if math.prod(s) == 1:
-        return value if not s else _reshape(value, [1, 1, 1])
-    if h_ == 1 and w_ == 1:
-        return _reshape(value, [n_, 1, c_])  # per-channel (and per-sample) values
-    if c_ == 1 and (h_, w_) == (h, w):
-        return _reshape(value, [n_, h * w, 1])
+        return value if not s else h.reshape(value, [1, 1, 1])
+    if height_ == 1 and width_ == 1:
+        return h.reshape(value, [n_, 1, c_])  # per-channel (and per-sample) values
+    if c_ == 1 and (height_, width_) == (height, width):
+        return h.reshape(value, [n_, height * width, 1])
     if s != shape:
         return None
     producer = value.get_node()
@@ -235,11 +224,11 @@ def _operand(value: ov.Output, shape: list[int], state: _Rows) -> ov.Output | No
         spread = _static(producer.input_value(0))  # a per-channel value spread over the pixels
         if spread is not None and len(spread) == 4 and spread[2:] == [1, 1]:
             return ops.broadcast(
-                _reshape(producer.input_value(0), [spread[0], 1, spread[1]]), _i64([n, h * w, c])
+                h.reshape(producer.input_value(0), [spread[0], 1, spread[1]]), h.i64([n, height * width, c])
             ).output(0)
     # A full-size value computed outside rows: free from a convolution's channels-last result,
     # else one copy (where the plain chain would have reordered into the next convolution).
-    return _transpose(_reshape(value, [n, c, h * w]), [0, 2, 1])
+    return h.transpose(h.reshape(value, [n, c, height * width]), [0, 2, 1])
 
 
 def _elementwise_in_rows(node: ov.Node, shape: list[int], state: _Rows, factory: NodeFactory) -> int:
@@ -274,7 +263,7 @@ def _transpose_from_rows(node: ov.Node, state: _Rows) -> int:
     rows = state.get(source)
     result = _static(node.output(0))
     if rows_order != [0, 1, 2]:
-        node.output(0).replace(_reshape(_transpose(rows, rows_order), result))
+        node.output(0).replace(h.reshape(h.transpose(rows, rows_order), result))
         state.replaced.add(node.get_name())
         return 1
     # To NHWC: the rows' own bytes. A Reshape back to rows' shape (a channels-last weight
@@ -310,9 +299,9 @@ def _reduce_in_rows(node: ov.Node, state: _Rows, factory: NodeFactory) -> int:
     reduced = _column_sums(node, state.get(source), shape, rows_axes, state)
     if reduced is None:
         attrs = node.get_attributes()
-        reduced = factory.create(node.get_type_name(), [state.get(source), _i64(rows_axes)], attrs).output(0)
+        reduced = factory.create(node.get_type_name(), [state.get(source), h.i64(rows_axes)], attrs).output(0)
     if _static(reduced) != result:
-        reduced = _reshape(reduced, result)
+        reduced = h.reshape(reduced, result)
     node.output(0).replace(reduced)
     state.replaced.add(node.get_name())
     return 1
@@ -330,14 +319,14 @@ def _column_sums(node: ov.Node, rows: ov.Output, shape: list[int], rows_axes: li
         return None
     if rows.get_element_type() != ov.Type.f32:
         return None
-    n, c, h, w = shape
-    ones = state.ones.get(h * w)
+    n, c, height, width = shape
+    ones = state.ones.get(height * width)
     if ones is None:
-        ones = state.ones[h * w] = ops.constant(np.ones((1, h * w), np.float32)).output(0)
+        ones = state.ones[height * width] = ops.constant(np.ones((1, height * width), np.float32)).output(0)
     per_sample = ops.matmul(ones, rows, False, False)  # [N, 1, C]
-    sums = ops.reduce_sum(per_sample, _i64([0, 1]), False).output(0)
+    sums = ops.reduce_sum(per_sample, h.i64([0, 1]), False).output(0)
     if node.get_type_name() == "ReduceMean":
-        sums = ops.divide(sums, ops.constant(np.float32(n * h * w))).output(0)
+        sums = ops.divide(sums, ops.constant(np.float32(n * height * width))).output(0)
     return sums
 
 
@@ -359,8 +348,8 @@ def _matmul_on_rows(node: ov.Node, state: _Rows) -> int:
         rows, shape = state.get(source), _static(source)
         if rows is None or shape is None:
             continue
-        n, c, h, w = shape
-        if _static(value) != [n, c, h * w]:
+        n, c, height, width = shape
+        if _static(value) != [n, c, height * width]:
             continue
         operands[i], flags[i], sources[i] = rows, not flags[i], shape
     if sources == [None, None]:
@@ -368,8 +357,8 @@ def _matmul_on_rows(node: ov.Node, state: _Rows) -> int:
     batch_sum = _batch_sum_reader(node)
     merged = None
     if batch_sum is not None and sources[0] is not None and sources[1] is not None and flags == [True, False]:
-        (n, ca, h, w), cb = sources[0], sources[1][1]
-        merged = state.view(operands[0], [n * h * w, ca]), state.view(operands[1], [n * h * w, cb])
+        (n, ca, height, width), cb = sources[0], sources[1][1]
+        merged = state.view(operands[0], [n * height * width, ca]), state.view(operands[1], [n * height * width, cb])
     if merged is not None and None not in merged:
         batch_sum.output(0).replace(ops.matmul(merged[0], merged[1], True, False).output(0))
         state.replaced.add(batch_sum.get_name())
@@ -401,13 +390,13 @@ def _slice_in_rows(node: ov.Node, state: _Rows) -> int:
     axes = _constant_ints(node.input_value(4))
     if axes is None or not {a % 4 for a in axes} <= {2, 3}:
         return 0
-    n, c, h, w = shape
-    nhwc = state.view(state.get(source), [n, h, w, c])
+    n, c, height, width = shape
+    nhwc = state.view(state.get(source), [n, height, width, c])
     if nhwc is None:
         return 0
-    moved = _i64([{2: 1, 3: 2}[a % 4] for a in axes])
+    moved = h.i64([{2: 1, 3: 2}[a % 4] for a in axes])
     sliced = ops.slice(nhwc, node.input_value(1), node.input_value(2), node.input_value(3), moved).output(0)
     rn, rc, rh, rw = result
-    state.add(node.output(0), _reshape(sliced, [rn, rh * rw, rc]), result)
+    state.add(node.output(0), h.reshape(sliced, [rn, rh * rw, rc]), result)
     state.replaced.add(node.get_name())
     return 1
