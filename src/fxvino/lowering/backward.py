@@ -97,10 +97,11 @@ def _weight_grad(x, go, groups: int, stride, padding, dilation, kernel):
     return _swap_leading_axes(gw)
 
 
-# Up to this many kernel taps, and from this many input channels, a 2-d weight gradient is one
-# matrix product over copied windows (see _im2col_weight_grad).
+# Up to this many kernel taps, from this many input channels and up to this many bytes of
+# gathered windows, a 2-d weight gradient is one matrix product (see _im2col_weight_grad).
 _IM2COL_TAPS = 9
 _IM2COL_CHANNELS = 32
+_IM2COL_BYTES = 32 << 20
 
 
 def _im2col_weight_grad(x, go, stride, padding, dilation, kernel):
@@ -113,7 +114,10 @@ def _im2col_weight_grad(x, go, stride, padding, dilation, kernel):
     batch per tap (8 values at batch 8), which the plugin runs at a fraction of its speed:
     ResNet-50's 3x3 weight gradients took 6.9-13.9 ms each that way and 6.4-10.3 ms as products
     (isolated, Zen 5, 2 threads). The copy grows with the taps and the product's gain with the
-    channels: the 7x7 stem over 3 channels ran 20 ms as a convolution, 26 ms as a product.
+    channels: the 7x7 stem over 3 channels ran 20 ms as a convolution, 26 ms as a product. The
+    windows live in the plugin's arena: ResNet-50's 64-channel 56x56 layers gather 58 MB each
+    for 0.5-1.5 ms saved, so above 32 MB the convolution stays (peak RSS 2057 -> 2031 MB, the
+    backward 5-10 ms slower than with every 3x3 as a product).
     Both operands are channels-last, as the training backward holds activations (channels_last.py),
     where taking them costs nothing.
     """
@@ -124,6 +128,8 @@ def _im2col_weight_grad(x, go, stride, padding, dilation, kernel):
     cout, ho, wo = gs[1:]
     kh, kw = kernel
     if kh * kw > _IM2COL_TAPS or cin < _IM2COL_CHANNELS:
+        return None
+    if n * ho * wo * kh * kw * cin * h.dtype_of(x).itemsize > _IM2COL_BYTES:
         return None
     end = _weight_grad_end_padding(x, go, stride, padding, dilation, kernel)
     padded = h.transpose(x, [0, 2, 3, 1])
