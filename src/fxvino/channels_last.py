@@ -128,7 +128,7 @@ class _Rows:
         self.originals: list[tuple[ov.Output, ov.Output, list[int]]] = []  # (NCHW value, its rows, shape)
         self.replaced: set[str] = set()  # nodes no materialised NCHW value may feed
         self.ones: dict[int, ov.Output] = {}  # a row of ones per length, for column sums
-        self.inputs: set[Key] = set()  # rows that view a graph input (see views_of)
+        self.inputs: set[Key] = set()  # rows that view a graph input (see view)
 
     def view(self, rows: ov.Output, shape: list[int]) -> ov.Output | None:
         """A Reshape of ``rows`` to ``shape``, only where ``rows`` views a graph input.

@@ -73,10 +73,9 @@ def _weight_grad(x, go, groups: int, stride, padding, dilation, kernel):
     pointwise = _pointwise_weight_grad(x, go, groups, stride, padding, kernel)
     if pointwise is not None:
         return pointwise
-    if groups == 1:
-        product = _im2col_weight_grad(x, go, stride, padding, dilation, kernel)
-        if product is not None:
-            return product
+    product = _im2col_weight_grad(x, go, groups, stride, padding, dilation, kernel)
+    if product is not None:
+        return product
     end = _weight_grad_end_padding(x, go, stride, padding, dilation, kernel)
     if groups == 1:
         xt = h.transpose(x, [1, 0, *sp])
@@ -104,7 +103,7 @@ _IM2COL_CHANNELS = 32
 _IM2COL_BYTES = 32 << 20
 
 
-def _im2col_weight_grad(x, go, stride, padding, dilation, kernel):
+def _im2col_weight_grad(x, go, groups: int, stride, padding, dilation, kernel):
     """dL/dW of a 2-d convolution as one matrix product, or None where it does not pay.
 
     gw[co, (i, j, ci)] = sum_{n, p} go[n, p, co] * cols[n, p, (i, j, ci)]: ``cols`` holds, for
@@ -122,7 +121,7 @@ def _im2col_weight_grad(x, go, stride, padding, dilation, kernel):
     where taking them costs nothing.
     """
     xs, gs = h.static_shape(x), h.static_shape(go)
-    if len(xs) != 4 or None in xs or None in gs or None in kernel:
+    if groups != 1 or len(xs) != 4 or None in xs or None in gs or None in kernel:
         return None
     n, cin, _, _ = xs
     cout, ho, wo = gs[1:]
@@ -159,11 +158,19 @@ def _weight_grad_end_padding(x, go, stride, padding, dilation, kernel) -> list[i
     window is ``d * (k - 1) + s * (o - 1) + 1 - size - begin``, never more than the forward's.
     Unknown sizes keep the forward's padding (and the crop after it).
     """
+    ends = _covering_end_padding(x, go, stride, padding, dilation, kernel)
+    return list(padding) if ends is None else [max(0, e) for e in ends]
+
+
+def _covering_end_padding(x, go, stride, padding, dilation, kernel) -> list[int] | None:
+    """Per spatial axis, the end padding after which the last window ends exactly at the
+    padded input's end: ``d * (k - 1) + s * (o - 1) + 1 - size - begin``. Negative where input
+    rows past the last window exist; None where a size is unknown."""
     sizes, outs = h.static_shape(x)[2:], h.static_shape(go)[2:]
     if None in sizes or None in outs or None in kernel:
-        return list(padding)
+        return None
     return [
-        max(0, d * (k - 1) + s * (o - 1) + 1 - size - p)
+        d * (k - 1) + s * (o - 1) + 1 - size - p
         for size, o, k, s, p, d in zip(sizes, outs, kernel, stride, padding, dilation, strict=True)
     ]
 
@@ -208,14 +215,8 @@ def _input_grad_end_padding(x, go, stride, padding, dilation, kernel) -> list[in
     row any window touched, and :func:`_fit` zero-fills the rest). Cropping an end padding
     afterwards cost a row of work and a copy (ResNet-50's 3x3 gradients at 14x14 computed
     15x15 and sliced it)."""
-    sizes, outs = h.static_shape(x)[2:], h.static_shape(go)[2:]
-    if None in sizes or None in outs or None in kernel:
-        return [0] * len(kernel)
-    ends = [
-        s * (o - 1) + d * (k - 1) + 1 - p - size
-        for size, o, k, s, p, d in zip(sizes, outs, kernel, stride, padding, dilation, strict=True)
-    ]
-    return ends if all(e >= 0 for e in ends) else [0] * len(kernel)
+    ends = _covering_end_padding(x, go, stride, padding, dilation, kernel)
+    return ends if ends is not None and all(e >= 0 for e in ends) else [0] * len(kernel)
 
 
 def _fit(y, like, n: int):
