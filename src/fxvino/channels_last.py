@@ -128,20 +128,6 @@ class _Rows:
         self.originals: list[tuple[ov.Output, ov.Output, list[int]]] = []  # (NCHW value, its rows, shape)
         self.replaced: set[str] = set()  # nodes no materialised NCHW value may feed
         self.ones: dict[int, ov.Output] = {}  # a row of ones per length, for column sums
-        self.inputs: set[Key] = set()  # rows that view a graph input (see view)
-
-    def view(self, rows: ov.Output, shape: list[int]) -> ov.Output | None:
-        """A Reshape of ``rows`` to ``shape``, only where ``rows`` views a graph input.
-
-        The CPU plugin shares memory between a value and its Reshapes and merged reorders, and
-        it got that sharing wrong for a computed value that had both: a batch-norm gradient read
-        in rows by a column sum through a Reshape, by a convolution through a merged reorder and
-        by a weight gradient's Transpose gave gradients off by 100% (the plugin copied the value
-        for one reader after its memory had been reused). An input's memory is never reused, so
-        its views are safe; other rows are read as they are."""
-        if _key(rows) not in self.inputs:
-            return None
-        return h.reshape(rows, shape)
 
     def add(self, original: ov.Output, rows: ov.Output, shape: list[int]) -> None:
         self.rows[_key(original)] = rows
@@ -166,10 +152,7 @@ def compute_in_rows(model: ov.Model) -> int:
         if kind == "Transpose" and shape is not None and len(shape) == 4:
             if _constant_ints(node.input_value(1)) == list(TO_NCHW):
                 n, c, height, width = shape
-                rows = h.reshape(node.input_value(0), [n, height * width, c])
-                state.add(out, rows, shape)
-                if node.input_value(0).get_node().get_type_name() == "Parameter":
-                    state.inputs.add(_key(rows))
+                state.add(out, h.reshape(node.input_value(0), [n, height * width, c]), shape)
             elif state.get(node.input_value(0)) is not None:
                 converted += _transpose_from_rows(node, state)
         elif kind in _ELEMENTWISE and shape is not None and len(shape) == 4:
@@ -186,8 +169,55 @@ def compute_in_rows(model: ov.Model) -> int:
         for target in list(original.get_target_inputs()):
             if target.get_node().get_name() not in state.replaced:
                 target.replace_source_output(_to_nchw(rows, shape))
+    _copy_for_extra_views(model)
     model.validate_nodes_and_infer_types()
     return converted
+
+
+# The CPU plugin lets a Reshape and a merged reorder (a Transpose into a convolution's layout)
+# share their input's memory. With three such readers of one computed value it got that sharing
+# wrong: a batch-norm gradient read in rows by a column sum through a Reshape, by a
+# convolution through a merged reorder and by a weight gradient through a Reshape gave
+# gradients off by 100% (the plugin copied the value for one reader after its memory had been
+# reused; tests/training/data/three_views_*). Any two of the three computed right, and
+# ResNet-50's backward has at most two per value. So past two such readers, Reshapes read a
+# copy. (Several convolutions reading one value, Transposes only, were always computed right.)
+_IN_PLACE_READERS = frozenset({"Reshape", "Transpose"})
+_SHARED_READERS = 2
+
+
+def _copy_for_extra_views(model: ov.Model) -> int:
+    """Gives the Reshapes past the second in-place reader of a computed value a copy to read
+    (``Maximum(x, x)``: an identity the plugin keeps, NaN included, where it removes ``x * 1``
+    and ``x + -0``), at most two Reshapes per copy; returns how many copies. Views of a graph
+    input are left alone: its memory is never reused."""
+    copies = 0
+    ordered = model.get_ordered_ops()
+    live = {node.get_name() for node in ordered}  # replaced nodes may still be referenced
+    for node in ordered:
+        if node.get_output_size() != 1 or _views_an_input(node):
+            continue
+        out = node.output(0)
+        readers = [
+            t
+            for t in out.get_target_inputs()
+            if t.get_node().get_type_name() in _IN_PLACE_READERS and t.get_node().get_name() in live
+        ]
+        readers.sort(key=lambda t: t.get_node().get_type_name() == "Reshape")  # merged reorders stay
+        extra = [t for t in readers[_SHARED_READERS:] if t.get_node().get_type_name() == "Reshape"]
+        for i in range(0, len(extra), _SHARED_READERS):
+            copy = ops.maximum(out, out).output(0)
+            copies += 1
+            for target in extra[i : i + _SHARED_READERS]:
+                target.replace_source_output(copy)
+    return copies
+
+
+def _views_an_input(node: ov.Node) -> bool:
+    """Whether ``node`` is a graph input or constant, or a chain of Reshapes and Transposes of one."""
+    while node.get_type_name() in _IN_PLACE_READERS:
+        node = node.input_value(0).get_node()
+    return node.get_type_name() in ("Parameter", "Constant")
 
 
 def _to_nchw(rows: ov.Output, shape: list[int]) -> ov.Output:
@@ -266,21 +296,17 @@ def _transpose_from_rows(node: ov.Node, state: _Rows) -> int:
         node.output(0).replace(h.reshape(h.transpose(rows, rows_order), result))
         state.replaced.add(node.get_name())
         return 1
-    # To NHWC: the rows' own bytes. A Reshape back to rows' shape (a channels-last weight
-    # gradient's operand) reads the rows; other readers get a view where that is safe.
-    readers = [target.get_node() for target in node.output(0).get_target_inputs()]
-    handled = 0
-    for reader in readers:
-        if reader.get_type_name() == "Reshape" and _static(reader.output(0)) == _static(rows):
-            reader.output(0).replace(rows)
-            handled += 1
-    view = state.view(rows, result)
-    if view is not None:
-        node.output(0).replace(view)
-    elif handled < len(readers):
-        return handled  # the rest read the Transpose of a materialised NCHW value
+    # To NHWC: the rows' own bytes. A Reshape of it (a channels-last weight gradient's operand)
+    # is that Reshape of the rows; other readers read the rows viewed as NHWC.
+    for target in list(node.output(0).get_target_inputs()):
+        reader = target.get_node()
+        if reader.get_type_name() == "Reshape" and _static(reader.output(0)) is not None:
+            shape = _static(reader.output(0))
+            reader.output(0).replace(rows if shape == _static(rows) else h.reshape(rows, shape))
+    if node.output(0).get_target_inputs():
+        node.output(0).replace(h.reshape(rows, result))
     state.replaced.add(node.get_name())
-    return max(handled, 1)
+    return 1
 
 
 def _reduce_in_rows(node: ov.Node, state: _Rows, factory: NodeFactory) -> int:
@@ -355,11 +381,9 @@ def _matmul_on_rows(node: ov.Node, state: _Rows) -> int:
     if sources == [None, None]:
         return 0
     batch_sum = _batch_sum_reader(node)
-    merged = None
     if batch_sum is not None and sources[0] is not None and sources[1] is not None and flags == [True, False]:
         (n, ca, height, width), cb = sources[0], sources[1][1]
-        merged = state.view(operands[0], [n * height * width, ca]), state.view(operands[1], [n * height * width, cb])
-    if merged is not None and None not in merged:
+        merged = h.reshape(operands[0], [n * height * width, ca]), h.reshape(operands[1], [n * height * width, cb])
         batch_sum.output(0).replace(ops.matmul(merged[0], merged[1], True, False).output(0))
         state.replaced.add(batch_sum.get_name())
     else:
@@ -391,9 +415,7 @@ def _slice_in_rows(node: ov.Node, state: _Rows) -> int:
     if axes is None or not {a % 4 for a in axes} <= {2, 3}:
         return 0
     n, c, height, width = shape
-    nhwc = state.view(state.get(source), [n, height, width, c])
-    if nhwc is None:
-        return 0
+    nhwc = h.reshape(state.get(source), [n, height, width, c])
     moved = h.i64([{2: 1, 3: 2}[a % 4] for a in axes])
     sliced = ops.slice(nhwc, node.input_value(1), node.input_value(2), node.input_value(3), moved).output(0)
     rn, rc, rh, rw = result

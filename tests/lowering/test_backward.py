@@ -168,15 +168,16 @@ def _conv_step_like_eager(conv: nn.Module, shape, **tolerance):
 )
 def test_weight_gradient_over_many_channels_is_one_product(conv, x):
     """From 32 input channels a weight gradient is a MatMul over gathered windows (the
-    convolution over the batch contracts over only the batch per tap); input gradients stay
+    convolution over the batch contracts over only the batch per tap), one product over the
+    samples and pixels together (no stack of per-sample products to sum); input gradients stay
     transposed convolutions."""
     report = _conv_step_like_eager(conv, x, rtol=1e-4, atol=1e-4)
-    layers = [
-        op.get_rt_info()["layerType"].astype(str)
-        for part in backward_graph(report).ov_partitions
-        for op in part.compiled.get_runtime_model().get_ops()
-    ]
+    parts = backward_graph(report).ov_partitions
+    runtime = [op for part in parts for op in part.compiled.get_runtime_model().get_ops()]
+    layers = [op.get_rt_info()["layerType"].astype(str) for op in runtime]
     assert "Gather" in layers and "MatMul" in layers and "Convolution" not in layers, layers
+    products = [op for op, layer in zip(runtime, layers, strict=True) if layer == "MatMul"]
+    assert [op.get_output_partial_shape(0).rank.get_length() for op in products] == [2], products
 
 
 def test_weight_gradient_whose_windows_exceed_the_budget_stays_a_convolution():

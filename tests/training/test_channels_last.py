@@ -4,6 +4,9 @@ reorders between its convolutions' layout and the plain one go away (channels_la
 
 from __future__ import annotations
 
+import gzip
+from pathlib import Path
+
 import numpy as np
 import openvino as ov
 import openvino.opset16 as ops
@@ -88,11 +91,13 @@ def _i64(values) -> ov.Output:
     return ops.constant(np.array(values, dtype=np.int64)).output(0)
 
 
-def _backward_like_model() -> ov.Model:
+def _backward_like_model(shared: bool = False) -> ov.Model:
     """NHWC inputs permuted to NCHW, as the backward takes saved activations, and the readers the
     pass handles: per-channel operands, a mask, sums and means over pixels, a maximum per
     sample, a convolution both read and written, a permutation, a pointwise weight gradient, a
-    spatial Slice and a Pad it cannot run on rows."""
+    spatial Slice and a Pad it cannot run on rows. ``shared``: the computed ``b`` is also read
+    by a pointwise weight gradient and a spatial Slice, which with its convolution makes three
+    readers of its memory."""
     rng = np.random.default_rng(0)
     h = w = 6
     n, c = 2, 8
@@ -117,6 +122,10 @@ def _backward_like_model() -> ov.Model:
     strided = ops.multiply(strided, ops.constant(np.float32(3)))
     padded = ops.pad(e, _i64([0, 0, 1, 0]), _i64([0, 0, 0, 1]), "constant", ops.constant(np.float32(0)))
     outputs = [sums, means, peaks, e, swapped, pointwise, strided, padded]
+    if shared:
+        flat_b = ops.reshape(b, _i64([n, c, h * w]), False)
+        outputs.append(ops.reduce_sum(ops.matmul(flat_b, flat_x, False, True), _i64([0]), False))
+        outputs.append(ops.slice(b, _i64([1, 1]), _i64([h, w]), _i64([2, 2]), _i64([2, 3])))
     return ov.Model([o.output(0) for o in outputs], [p, q, mean])
 
 
@@ -140,14 +149,73 @@ def test_compute_in_rows_matches_the_nchw_graph():
         np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_rows_computed_in_the_graph_are_never_reshaped():
-    """Only rows that view a graph input are read through Reshapes (merged products, Slices):
-    the CPU plugin miscomputed a computed value shared by a Reshape and a merged reorder."""
-    model = _backward_like_model()
-    channels_last.compute_in_rows(model)
-    for op in model.get_ordered_ops():
-        if op.get_type_name() != "Reshape":
+def _views_per_value(model: ov.Model) -> dict[str, list[str]]:
+    """Per computed value (not a view of a graph input), its readers that may share its memory:
+    Reshapes and Transposes."""
+    ordered = model.get_ordered_ops()
+    live = {op.get_name() for op in ordered}
+    views = {}
+    for op in ordered:
+        if op.get_output_size() != 1 or channels_last._views_an_input(op):
             continue
-        source = op.input_value(0).get_node()
-        if source.get_output_partial_shape(0).rank == ov.Dimension(3):
-            assert source.get_type_name() not in ("Subtract", "Multiply", "Select", "Add"), source
+        readers = [t.get_node() for t in op.output(0).get_target_inputs() if t.get_node().get_name() in live]
+        views[op.get_name()] = [r.get_type_name() for r in readers if r.get_type_name() in ("Reshape", "Transpose")]
+    return views
+
+
+def _reshaped_past_two_views(model: ov.Model) -> int:
+    return sum(len(v) > 2 and "Reshape" in v for v in _views_per_value(model).values())
+
+
+def test_a_computed_value_shares_its_memory_with_at_most_two_views():
+    """Merged products, Slices and convolutions all read a computed batch-norm-like gradient in
+    place; past two such readers the CPU plugin can miscompute, so the rest read a copy."""
+    plain = _backward_like_model(shared=True)
+    converted = _backward_like_model(shared=True)
+    channels_last.compute_in_rows(converted)
+    assert _reshaped_past_two_views(converted) == 0
+    copies = [op for op in converted.get_ordered_ops() if op.get_type_name() == "Maximum"]
+    assert len(copies) == 1 and copies[0].input_value(0) == copies[0].input_value(1), copies
+    rng = np.random.default_rng(2)
+    inputs = [rng.standard_normal(list(p.get_shape())).astype(np.float32) for p in plain.get_parameters()]
+    core = ov.Core()
+    config = {"INFERENCE_PRECISION_HINT": "f32"}
+    want = core.compile_model(plain, "CPU", config)(inputs)
+    got = core.compile_model(converted, "CPU", config)(inputs)
+    for expected, actual in zip(want.values(), got.values(), strict=True):
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def _read_gzipped_model(core: ov.Core, stem: str) -> ov.Model:
+    data = Path(__file__).parent / "data"
+    xml = gzip.decompress((data / f"{stem}.xml.gz").read_bytes())
+    weights = np.frombuffer((data / f"{stem}.bin").read_bytes(), np.uint8)
+    return core.read_model(xml, ov.Tensor(weights))
+
+
+def test_the_copies_repair_the_backward_the_plugin_miscomputed():
+    """A small CNN's backward (``three_views_nchw``) and the rows form an earlier version of the
+    pass made of it (``three_views_rows``: three values each read by two Reshapes and a merged
+    reorder), whose gradients the CPU plugin computed off by up to 100%. With the copies
+    the pass now adds, the rows form computes what the NCHW graph does."""
+    core = ov.Core()
+    nchw = _read_gzipped_model(core, "three_views_nchw")
+    rows = _read_gzipped_model(core, "three_views_rows")
+    assert _reshaped_past_two_views(rows) == 3
+    assert channels_last._copy_for_extra_views(rows) == 3
+    assert _reshaped_past_two_views(rows) == 0
+    rng = np.random.default_rng(0)
+    inputs = []
+    for p in nchw.get_parameters():
+        shape, kind = list(p.get_shape()), p.get_element_type()
+        if kind == ov.Type.f32:
+            inputs.append(rng.standard_normal(shape).astype(np.float32))
+        elif kind == ov.Type.boolean:
+            inputs.append(rng.random(shape) > 0.5)
+        else:
+            inputs.append(np.zeros(shape, kind.to_dtype()))
+    config = {"INFERENCE_PRECISION_HINT": "f32"}
+    want = core.compile_model(nchw, "CPU", config)(inputs)
+    got = core.compile_model(rows, "CPU", config)(inputs)
+    for expected, actual in zip(want.values(), got.values(), strict=True):
+        np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()))

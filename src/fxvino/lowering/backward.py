@@ -108,8 +108,8 @@ def _im2col_weight_grad(x, go, groups: int, stride, padding, dilation, kernel):
 
     gw[co, (i, j, ci)] = sum_{n, p} go[n, p, co] * cols[n, p, (i, j, ci)]: ``cols`` holds, for
     each output pixel p, the input window that produced it (channels-last: the kernel's taps
-    side by side, gathered from the padded input), so the product contracts
-    over every pixel of a sample at once. The convolution over the batch contracts over only the
+    side by side, gathered from the padded input), so the product contracts over every pixel
+    of every sample at once. The convolution over the batch contracts over only the
     batch per tap (8 values at batch 8), which the plugin runs at a fraction of its speed:
     ResNet-50's 3x3 weight gradients took 6.9-13.9 ms each that way and 6.4-10.3 ms as products
     (isolated, Zen 5, 2 threads). The copy grows with the taps and the product's gain with the
@@ -142,9 +142,12 @@ def _im2col_weight_grad(x, go, groups: int, stride, padding, dilation, kernel):
     pixels = (oy * stride[0] + ky * dilation[0]) * wp + ox * stride[1] + kx * dilation[1]
     flat = h.reshape(padded, [n, hp * wp, cin])
     taken = ops.gather(flat, ops.constant(pixels.reshape(-1).astype(np.int32)), h.const(1, torch.int64)).output(0)
-    cols = h.reshape(taken, [n, ho * wo, kh * kw * cin])
-    rows = h.reshape(h.transpose(go, [0, 2, 3, 1]), [n, ho * wo, cout])
-    product = ops.reduce_sum(ops.matmul(rows, cols, True, False), _axes([0]), False).output(0)
+    # Samples and pixels are one contraction: a product per sample summed over the batch wrote
+    # and re-read an [N, Cout, taps*Cin] stack (75 MB for 512x512x3x3 at batch 8), and its
+    # contraction was short where pixels are few (49 at 7x7).
+    cols = h.reshape(taken, [n * ho * wo, kh * kw * cin])
+    rows = h.reshape(h.transpose(go, [0, 2, 3, 1]), [n * ho * wo, cout])
+    product = ops.matmul(rows, cols, True, False).output(0)
     return h.transpose(h.reshape(product, [cout, kh, kw, cin]), [0, 3, 1, 2])
 
 
