@@ -140,6 +140,26 @@ def test_pointwise_weight_gradient_is_a_matmul():
     assert "MatMul" in layers and "Convolution" not in layers, layers
 
 
+@pytest.mark.parametrize(
+    ("conv", "x"),
+    [
+        (nn.Conv2d(8, 16, 1, stride=2), (2, 8, 8, 8)),  # ResNet's downsampling: 4 -> 7 rows, not 8
+        (nn.Conv2d(4, 6, 3, stride=3, padding=1), (2, 4, 9, 7)),  # a 9th row and a 7th column no window reached
+    ],
+)
+def test_input_gradient_writes_rows_no_window_reached_itself(conv, x):
+    """Input rows no window of a strided convolution reached get zeros from the transposed
+    convolution's output padding, not from a Pad copying its whole result."""
+    conv.requires_grad_(False)
+    report = _conv_step_like_eager(conv, x)
+    layers = [
+        op.get_rt_info()["layerType"].astype(str)
+        for part in backward_graph(report).ov_partitions
+        for op in part.compiled.get_runtime_model().get_ops()
+    ]
+    assert "Deconvolution" in layers and "Pad" not in layers, layers
+
+
 def _conv_step_like_eager(conv: nn.Module, shape, **tolerance):
     """One training step of ``conv`` compiled and of an eager twin: input and parameter
     gradients must agree, and the backward run on OpenVINO. Returns the report."""

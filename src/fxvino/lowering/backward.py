@@ -212,14 +212,18 @@ def _pointwise_weight_grad(x, go, groups: int, stride, padding, kernel):
     return h.unsqueeze(gw, list(range(2, n + 2)))
 
 
-def _input_grad_end_padding(x, go, stride, padding, dilation, kernel) -> list[int]:
-    """End padding for the input gradient's transposed convolution: exactly the input's size
-    where every input row was reached by a window, else none (the result then ends at the last
-    row any window touched, and :func:`_fit` zero-fills the rest). Cropping an end padding
-    afterwards cost a row of work and a copy (ResNet-50's 3x3 gradients at 14x14 computed
-    15x15 and sliced it)."""
+def _input_grad_end_padding(x, go, stride, padding, dilation, kernel) -> tuple[list[int], list[int]]:
+    """End padding and output padding for the input gradient's transposed convolution, so that
+    it returns exactly the input's size: input rows no window reached (a stride that does not
+    divide the padded input) are output padding, zeros the convolution writes itself. Cropping
+    an end padding afterwards cost a row of work and a copy (ResNet-50's 3x3 gradients at 14x14
+    computed 15x15 and sliced it), and padding a short result cost a copy (its strided 1x1
+    downsampling gradients: 55x55 padded to 56x56, 2.9 ms). Unknown sizes get neither, and
+    :func:`_fit` pads the result."""
     ends = _covering_end_padding(x, go, stride, padding, dilation, kernel)
-    return ends if ends is not None and all(e >= 0 for e in ends) else [0] * len(kernel)
+    if ends is None:
+        return [0] * len(kernel), [0] * len(kernel)
+    return [max(e, 0) for e in ends], [max(-e, 0) for e in ends]
 
 
 def _fit(y, like, n: int):
@@ -248,14 +252,16 @@ def convolution_backward(
     grad_input = grad_weight = grad_bias = None
     if not transposed:
         if output_mask[0]:
-            end = _input_grad_end_padding(x, go, stride, padding, dilation, kernel)
+            end, extra = _input_grad_end_padding(x, go, stride, padding, dilation, kernel)
             if groups == 1:
-                gi = ops.convolution_backprop_data(go, w, stride, None, padding, end, dilation).output(0)
+                gi = ops.convolution_backprop_data(
+                    go, w, stride, None, padding, end, dilation, output_padding=extra
+                ).output(0)
             else:
                 ws = h.static_shape(w)
                 gw_shape = [groups, ws[0] // groups, ws[1], *ws[2:]]
                 gi = ops.group_convolution_backprop_data(
-                    go, h.reshape(w, gw_shape), stride, None, padding, end, dilation
+                    go, h.reshape(w, gw_shape), stride, None, padding, end, dilation, output_padding=extra
                 ).output(0)
             grad_input = _fit(gi, x, n)
         if output_mask[1]:
