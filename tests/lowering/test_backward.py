@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 
+import openvino as ov
 import pytest
 import torch
 import torch.nn as nn
@@ -319,6 +320,26 @@ def test_batch_norm_training(make, shape, op):
     assert forward.ov_ops[op] == 1, str(report)
     assert not forward.fallbacks, str(report)
     assert not backward_graph(report).fallbacks, str(report)
+
+
+def test_training_batch_norm_passes_over_its_input_twice_besides_its_sums():
+    """A training forward's batch norm writes the squared deviations (for the variance) and its
+    result, nothing more: the centered input is not written out for both (the normalized output
+    is x * scale + shift, as PyTorch's CPU kernel computes it)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
+    model[0].requires_grad_(False)  # the batch norm's gradients are checked; the rest, elsewhere
+    report = train_step(model, torch.randn(4, 8, 12, 12))
+    forward = [g for g in report.graphs if g.kind == "forward"][0]
+    full = [
+        op.get_rt_info()["layerType"].astype(str)
+        for part in forward.ov_partitions
+        for op in part.compiled.get_runtime_model().get_ops()
+        if op.get_output_partial_shape(0).is_static
+        and list(op.get_output_partial_shape(0).to_shape()) == [4, 16, 12, 12]
+        and op.get_output_element_type(0) == ov.Type.f32  # not the ReLU's mask for the backward
+    ]
+    assert full.count("Eltwise") + full.count("Subgraph") == 2, full
 
 
 @pytest.mark.parametrize(
