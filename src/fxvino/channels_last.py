@@ -163,6 +163,8 @@ def compute_in_rows(model: ov.Model) -> int:
             converted += _matmul_on_rows(node, state)
         elif kind == "Slice" and state.get(node.input_value(0)) is not None:
             converted += _slice_in_rows(node, state)
+        elif kind == "ScatterElementsUpdate":
+            converted += _scatter_in_rows(node, state)
     if not converted:
         return 0
     for original, rows, shape in state.originals:
@@ -245,28 +247,38 @@ def _operand(value: ov.Output, shape: list[int], state: _Rows) -> ov.Output | No
         return h.reshape(value, [n_, height * width, 1])
     if s != shape:
         return None
-    producer = value.get_node()
-    if (
-        producer.get_type_name() == "Broadcast"
-        and producer.get_input_size() == 2
-        and producer.get_attributes().get("mode") in ("numpy", "bidirectional")
-    ):
-        spread = _static(producer.input_value(0))  # a per-channel value spread over the pixels
-        if spread is not None and len(spread) == 4 and spread[2:] == [1, 1]:
-            return ops.broadcast(
-                h.reshape(producer.input_value(0), [spread[0], 1, spread[1]]), h.i64([n, height * width, c])
-            ).output(0)
+    spread = _spread(value)
+    if spread is not None:
+        return ops.broadcast(h.reshape(spread, [n, 1, c]), h.i64([n, height * width, c])).output(0)
     # A full-size value computed outside rows: free from a convolution's channels-last result,
     # else one copy (where the plain chain would have reordered into the next convolution).
     return h.transpose(h.reshape(value, [n, c, height * width]), [0, 2, 1])
 
 
+def _spread(value: ov.Output) -> ov.Output | None:
+    """The ``[N, C, 1, 1]`` value ``value`` broadcasts over the pixels (a global pooling's
+    gradient), or None."""
+    producer = value.get_node()
+    if (
+        producer.get_type_name() != "Broadcast"
+        or producer.get_input_size() != 2
+        or producer.get_attributes().get("mode") not in ("numpy", "bidirectional")
+    ):
+        return None
+    source, full = _static(producer.input_value(0)), _static(value)
+    if source is None or full is None or len(source) != 4 or source[2:] != [1, 1] or source[:2] != full[:2]:
+        return None
+    return producer.input_value(0)
+
+
 def _elementwise_in_rows(node: ov.Node, shape: list[int], state: _Rows, factory: NodeFactory) -> int:
+    """An elementwise op with an operand in rows, or over a pooling gradient spread over the
+    pixels (which would otherwise be transposed into rows for its reader)."""
     attrs = node.get_attributes()
     if attrs.get("auto_broadcast", "numpy") != "numpy":
         return 0
     values = [node.input_value(i) for i in range(node.get_input_size())]
-    if not any(state.get(v) is not None for v in values):
+    if not any(state.get(v) is not None or _spread(v) is not None for v in values):
         return 0
     operands = [_operand(v, shape, state) for v in values]
     if any(o is None for o in operands):
@@ -402,6 +414,47 @@ def _batch_sum_reader(node: ov.Node) -> ov.Node | None:
         return None
     axes = _constant_ints(reader.input_value(1))
     return reader if axes is not None and [a % 3 for a in axes] == [0] else None
+
+
+def _scatter_in_rows(node: ov.Node, state: _Rows) -> int:
+    """A max-pool gradient, scattered into each (sample, channel) plane of ``[N, C, H*W]``
+    zeros, scattered instead along the pixels of rows: its updates and indices are rows of
+    their ``[N, C, h, w]`` values, and its result is the rows of every Reshape of it to
+    ``[N, C, H, W]`` (no Transpose into rows or out of them)."""
+    data, indices, updates, axis = (node.input_value(i) for i in range(4))
+    if _constant_ints(axis) not in ([2], [-1]):
+        return 0
+    fill = data.get_node()
+    if fill.get_type_name() != "Broadcast" or _static(fill.input_value(0)) not in ([], [1]):
+        return 0
+    plane = _static(data)
+    if plane is None or len(plane) != 3:
+        return 0
+    n, c, length = plane
+    sources = []
+    for value in (indices, updates):
+        reshape = value.get_node()
+        source = reshape.input_value(0)
+        shape = _static(source)
+        if reshape.get_type_name() != "Reshape" or shape is None or len(shape) != 4 or shape[:2] != [n, c]:
+            return 0
+        sources.append(_operand(source, shape, state))
+    readers = [t.get_node() for t in node.output(0).get_target_inputs()]
+    shapes = [_static(r.output(0)) for r in readers]
+    if not all(r.get_type_name() == "Reshape" for r in readers) or any(
+        s is None or len(s) != 4 or s[:2] != [n, c] or s[2] * s[3] != length for s in shapes
+    ):
+        return 0
+    if None in sources:
+        return 0
+    zeros = ops.broadcast(fill.input_value(0), h.i64([n, length, c])).output(0)
+    attrs = node.get_attributes()
+    rows = ops.scatter_elements_update(zeros, *sources, h.i64(1), attrs["reduction"], attrs["use_init_val"])
+    for reader, shape in zip(readers, shapes, strict=True):
+        state.add(reader.output(0), rows.output(0), shape)
+        state.replaced.add(reader.get_name())
+    state.replaced.add(node.get_name())
+    return 1
 
 
 def _slice_in_rows(node: ov.Node, state: _Rows) -> int:

@@ -84,6 +84,40 @@ def test_cnn_training_saves_activations_channels_last_and_computes_gradients_on_
     assert with_rows * 2 <= plain, (with_rows, plain)
 
 
+def test_pooling_gradients_stay_in_rows():
+    """ResNet's stem max pool and its global average pool: the max pool's gradient is scattered
+    along the pixels of rows, and no gradient (the average pool's, spread over the pixels,
+    included) is copied into rows by a Transpose."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, C1, 3, padding=1),
+        torch.nn.BatchNorm2d(C1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(3, 2, 1),
+        torch.nn.Conv2d(C1, C2, 3, padding=1, bias=False),
+        torch.nn.BatchNorm2d(C2),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(C2, 10),
+    )
+    x = torch.randn(N, 3, SIDE, SIDE, generator=torch.Generator().manual_seed(1))
+    report = train_like_eager(model, x, steps=2)
+    backward = report.graphs[1].ov_partitions[0].compiled
+    runtime = backward.get_runtime_model().get_ordered_ops()
+    layers = [op.get_rt_info()["layerType"].astype(str) for op in runtime]
+    scatters = [op for op, layer in zip(runtime, layers, strict=True) if layer == "ScatterElementsUpdate"]
+    assert [list(op.get_output_shape(0)) for op in scatters] == [[N, SIDE * SIDE, C1]], scatters
+    into_rows = [
+        op
+        for op, layer in zip(runtime, layers, strict=True)
+        if layer == "Transpose"
+        and op.get_output_partial_shape(0).rank.get_length() == 3
+        and list(op.get_output_shape(0))[::2] in ([N, C1], [N, C2])
+    ]
+    assert not into_rows, into_rows
+
+
 # --------------------------------------------------------------------------- the pass on its own
 
 
