@@ -49,8 +49,10 @@ from fxvino.options import Options
 # convolution gradients padded to exactly their shapes, so older entries compute rows they crop;
 # 7: a CNN's training graphs pass activations channels-last, and older backwards take NCHW;
 # 8: weight gradients over 32+ channels are one product over gathered windows, up to 32 MB of them;
-# 9: those products and pointwise ones contract samples and pixels together, with no batch sum).
-KEY_FORMAT = 9
+# 9: those products and pointwise ones contract samples and pixels together, with no batch sum;
+# 10: training batch norm as x * scale + shift, strided input gradients with output padding, and
+# max-pool gradients scattered in rows).
+KEY_FORMAT = 10
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.
 _PARALLEL_BYTES = 64 << 20
