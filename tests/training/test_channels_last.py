@@ -173,14 +173,23 @@ def test_compute_in_rows_matches_the_nchw_graph():
         if op.get_output_partial_shape(0).rank == ov.Dimension(3)
     }
     assert {"Subtract", "Multiply", "Select", "Add"} <= kinds, kinds
-    rng = np.random.default_rng(1)
-    inputs = [rng.standard_normal(list(p.get_shape())).astype(np.float32) for p in plain.get_parameters()]
+    _assert_computes_alike(plain, converted, _normal_inputs(plain, seed=1))
+
+
+def _normal_inputs(model: ov.Model, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(list(p.get_shape())).astype(np.float32) for p in model.get_parameters()]
+
+
+def _assert_computes_alike(want: ov.Model, got: ov.Model, inputs: list[np.ndarray], tolerance: float = 1e-5) -> None:
+    """The two models' outputs on ``inputs`` agree (f32 on the CPU plugin); ``tolerance`` is
+    relative, and absolute against each output's largest value."""
     core = ov.Core()
     config = {"INFERENCE_PRECISION_HINT": "f32"}
-    want = core.compile_model(plain, "CPU", config)(inputs)
-    got = core.compile_model(converted, "CPU", config)(inputs)
-    for expected, actual in zip(want.values(), got.values(), strict=True):
-        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+    expected = core.compile_model(want, "CPU", config)(inputs)
+    actual = core.compile_model(got, "CPU", config)(inputs)
+    for a, b in zip(expected.values(), actual.values(), strict=True):
+        np.testing.assert_allclose(b, a, rtol=tolerance, atol=tolerance * max(1.0, float(np.abs(a).max())))
 
 
 def _views_per_value(model: ov.Model) -> dict[str, list[str]]:
@@ -210,14 +219,7 @@ def test_a_computed_value_shares_its_memory_with_at_most_two_views():
     assert _reshaped_past_two_views(converted) == 0
     copies = [op for op in converted.get_ordered_ops() if op.get_type_name() == "Maximum"]
     assert len(copies) == 1 and copies[0].input_value(0) == copies[0].input_value(1), copies
-    rng = np.random.default_rng(2)
-    inputs = [rng.standard_normal(list(p.get_shape())).astype(np.float32) for p in plain.get_parameters()]
-    core = ov.Core()
-    config = {"INFERENCE_PRECISION_HINT": "f32"}
-    want = core.compile_model(plain, "CPU", config)(inputs)
-    got = core.compile_model(converted, "CPU", config)(inputs)
-    for expected, actual in zip(want.values(), got.values(), strict=True):
-        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+    _assert_computes_alike(plain, converted, _normal_inputs(plain, seed=2))
 
 
 def _read_gzipped_model(core: ov.Core, stem: str) -> ov.Model:
@@ -248,8 +250,4 @@ def test_the_copies_repair_the_backward_the_plugin_miscomputed():
             inputs.append(rng.random(shape) > 0.5)
         else:
             inputs.append(np.zeros(shape, kind.to_dtype()))
-    config = {"INFERENCE_PRECISION_HINT": "f32"}
-    want = core.compile_model(nchw, "CPU", config)(inputs)
-    got = core.compile_model(rows, "CPU", config)(inputs)
-    for expected, actual in zip(want.values(), got.values(), strict=True):
-        np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()))
+    _assert_computes_alike(nchw, rows, inputs, tolerance=1e-4)
