@@ -51,8 +51,9 @@ from fxvino.options import Options
 # 8: weight gradients over 32+ channels are one product over gathered windows, up to 32 MB of them;
 # 9: those products and pointwise ones contract samples and pixels together, with no batch sum;
 # 10: training batch norm as x * scale + shift, strided input gradients with output padding, and
-# max-pool gradients scattered in rows; 11: max-pool indices by one scan over the window offsets).
-KEY_FORMAT = 11
+# max-pool gradients scattered in rows; 11: max-pool indices by one scan over the window offsets;
+# 12: a > b lowered as b < a, and clamps that keep NaN, so older graphs compare NaN wrongly).
+KEY_FORMAT = 12
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.
 _PARALLEL_BYTES = 64 << 20

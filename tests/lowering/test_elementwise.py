@@ -53,6 +53,35 @@ def test_amax_amin_propagate_nan_and_keep_infinities():
     assert_all_on_openvino(report)
 
 
+NAN = float("nan")
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a, b: a > b,
+        lambda a, b: a >= b,
+        lambda a, b: a < b,
+        lambda a, b: a <= b,
+        lambda a, b: a > 0.5,
+        lambda a, b: a >= 0.5,
+        lambda a, b: a.clamp(-0.5, 0.5),
+        lambda a, b: a.clamp_min(0.5),
+        lambda a, b: a.clamp_max(0.5),
+        lambda a, b: a.clamp(min=b),
+    ],
+    ids=["gt", "ge", "lt", "le", "gt_scalar", "ge_scalar", "clamp", "clamp_min", "clamp_max", "clamp_tensor"],
+)
+def test_comparisons_and_clamps_with_nan_are_torchs(fn):
+    """The CPU plugin's Greater is true, and its Maximum/Minimum return the number, where a side
+    is NaN; PyTorch's comparisons are false there and its clamps return NaN."""
+    a = torch.tensor([1.0, NAN, 2.0, NAN, -1.0, 0.5, float("inf")] * 10)
+    b = torch.tensor([NAN, 1.0, 1.0, NAN, 0.0, 0.5, 1.0] * 10)
+    out, report = run_fxvino(fn, a, b, fullgraph=True)
+    torch.testing.assert_close(out, fn(a, b), equal_nan=True)
+    assert_all_on_openvino(report)
+
+
 def test_bool_maximum_minimum():
     a = torch.tensor([True, False, True, False])
     b = torch.tensor([True, True, False, False])

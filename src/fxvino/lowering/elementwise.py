@@ -280,10 +280,12 @@ _COMPARE = {
     aten.lt.Scalar: ops.less,
     aten.le.Tensor: ops.less_equal,
     aten.le.Scalar: ops.less_equal,
-    aten.gt.Tensor: ops.greater,
-    aten.gt.Scalar: ops.greater,
-    aten.ge.Tensor: ops.greater_equal,
-    aten.ge.Scalar: ops.greater_equal,
+    # The CPU plugin's Greater and GreaterEqual are true when either side is NaN; its Less and
+    # LessEqual are false, as IEEE's and PyTorch's comparisons are: so a > b is b < a.
+    aten.gt.Tensor: lambda a, b: ops.less(b, a),
+    aten.gt.Scalar: lambda a, b: ops.less(b, a),
+    aten.ge.Tensor: lambda a, b: ops.less_equal(b, a),
+    aten.ge.Scalar: lambda a, b: ops.less_equal(b, a),
 }
 
 
@@ -350,10 +352,12 @@ def where(ctx, node, cond, a, b):
 def clamp(ctx, node, x, min=None, max=None):  # noqa: A002 - ATen's argument names
     (x,) = h.to_out(node, x)
     dtype = h.out_dtype(node)
-    if min is not None:
-        x = ops.maximum(x, h.cast(min, dtype)).output(0)
+    if min is not None:  # NaN in, NaN out, as torch.maximum (OpenVINO's Maximum drops it)
+        low = h.cast(min, dtype)
+        x = _nan_propagating(ops.maximum(x, low).output(0), x, low)
     if max is not None:
-        x = ops.minimum(x, h.cast(max, dtype)).output(0)
+        high = h.cast(max, dtype)
+        x = _nan_propagating(ops.minimum(x, high).output(0), x, high)
     return x
 
 
