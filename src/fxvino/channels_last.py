@@ -431,6 +431,12 @@ def _scatter_in_rows(node: ov.Node, state: _Rows) -> int:
     if plane is None or len(plane) != 3:
         return 0
     n, c, length = plane
+    readers = [t.get_node() for t in node.output(0).get_target_inputs()]
+    shapes = [_static(r.output(0)) for r in readers]
+    if not all(r.get_type_name() == "Reshape" for r in readers) or any(
+        s is None or len(s) != 4 or s[:2] != [n, c] or s[2] * s[3] != length for s in shapes
+    ):
+        return 0
     sources = []
     for value in (indices, updates):
         reshape = value.get_node()
@@ -439,12 +445,6 @@ def _scatter_in_rows(node: ov.Node, state: _Rows) -> int:
         if reshape.get_type_name() != "Reshape" or shape is None or len(shape) != 4 or shape[:2] != [n, c]:
             return 0
         sources.append(_operand(source, shape, state))
-    readers = [t.get_node() for t in node.output(0).get_target_inputs()]
-    shapes = [_static(r.output(0)) for r in readers]
-    if not all(r.get_type_name() == "Reshape" for r in readers) or any(
-        s is None or len(s) != 4 or s[:2] != [n, c] or s[2] * s[3] != length for s in shapes
-    ):
-        return 0
     if None in sources:
         return 0
     zeros = ops.broadcast(fill.input_value(0), h.i64([n, length, c])).output(0)
