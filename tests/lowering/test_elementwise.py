@@ -82,6 +82,91 @@ def test_comparisons_and_clamps_with_nan_are_torchs(fn):
     assert_all_on_openvino(report)
 
 
+@pytest.mark.parametrize(
+    "fn",
+    [
+        torch.exp,
+        torch.expm1,
+        torch.sign,
+        torch.sgn,
+        torch.nn.functional.celu,
+        lambda a: a.bool(),
+        lambda a: a.to(torch.bool) & (a > -5),
+    ],
+    ids=["exp", "expm1", "sign", "sgn", "celu", "to_bool", "bool_in_a_graph"],
+)
+def test_nan_through_exp_sign_and_bool_casts_is_torchs(fn):
+    """The plugin's Exp gives +inf for NaN, its Sign NaN, its Convert to boolean False; PyTorch
+    gives NaN, 0 and True."""
+    a = torch.tensor([NAN, float("inf"), float("-inf"), 0.0, 1.5, -2.5, 30.0, -30.0] * 8)
+    out, report = run_fxvino(fn, a, fullgraph=True)
+    torch.testing.assert_close(out, fn(a), equal_nan=True)
+    assert_all_on_openvino(report)
+
+
+def _division_operands(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random operands, operands one step off an exact multiple (where a rounded quotient is one
+    off), and the special values."""
+    g = torch.Generator().manual_seed(0)
+    inf = float("inf")
+    a = torch.randn(4000, generator=g) * torch.exp(torch.randn(4000, generator=g) * 3)
+    b = torch.randn(4000, generator=g) * torch.exp(torch.randn(4000, generator=g) * 2)
+    # Never 0: one step off 0 is a subnormal, which the plugin flushes to zero.
+    k = (torch.randint(1, 1000, (4000,), generator=g) * (torch.randint(0, 2, (4000,), generator=g) * 2 - 1)).to(dtype)
+    step = (torch.rand(4000, generator=g) + 0.01).to(dtype)
+    near = (k * step).to(dtype)
+    up = torch.rand(4000, generator=g) < 0.5
+    near = torch.where(
+        up, torch.nextafter(near, torch.full_like(near, inf)), torch.nextafter(near, torch.full_like(near, -inf))
+    )
+    special_a = torch.tensor([1.0, 0.3, -1.0, 7.0, -0.0, 5.0, 0.0, inf, -inf, NAN, 3.0, -3.0, 3.0, -2.5, 2.5, -1.0])
+    special_b = torch.tensor([0.1, 0.1, 0.1, 0.7, 2.0, 0.0, 0.0, 2.0, 2.0, 2.0, inf, inf, -inf, 0.5, -0.5, -0.1])
+    a = torch.cat([special_a.to(dtype), a.to(dtype), near])
+    b = torch.cat([special_b.to(dtype), b.to(dtype), step])
+    keep = (a.float() / b.float()).abs() < 2**22  # beyond, f32's quotient itself is rounded
+    return a, torch.where(keep | b.isinf() | (b == 0) | a.isnan() | a.isinf(), b, torch.ones_like(b))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        torch.fmod,
+        torch.remainder,
+        torch.floor_divide,
+        lambda a, b: torch.div(a, b, rounding_mode="floor"),
+        lambda a, b: a % 0.1,
+        lambda a, b: torch.fmod(a, 0.7),
+        lambda a, b: a // 0.1,
+    ],
+    ids=["fmod", "remainder", "floor_divide", "div_floor", "remainder_scalar", "fmod_scalar", "floordiv_scalar"],
+)
+def test_float_remainders_and_floor_division_equal_torchs(fn, dtype):
+    """PyTorch's float fmod is C's, exact: ``fmod(1.0, 0.1)`` is 0.09999999 and ``1.0 // 0.1`` is
+    9. The plugin's Mod and a floor of the quotient gave 0 and 10, and differed from eager on half
+    of random f32 operands; every result is now eager's, bit for bit."""
+    a, b = _division_operands(dtype)
+    out, report = run_fxvino(fn, a, b, fullgraph=True)
+    expected = fn(a, b)
+    same = (out == expected) | (out.isnan() & expected.isnan())
+    assert same.all(), [(a[i].item(), b[i].item(), expected[i].item(), out[i].item()) for i in (~same).nonzero()[:5, 0]]
+    assert_all_on_openvino(report)
+
+
+def test_bf16_constants_round_to_nearest_like_torch():
+    """OpenVINO's constant folding of a Convert to bf16 truncates: 0.1 became 0.099609375 where
+    torch's bf16 0.1 is 0.10009765625, one bf16 step off."""
+    x = torch.linspace(-3, 3, 97).to(torch.bfloat16)
+
+    def fn(t):
+        return t.clamp(min=0.1), torch.full_like(t, 0.1), t + 0.1
+
+    out, report = run_fxvino(fn, x, fullgraph=True)
+    for got, want in zip(out, fn(x), strict=True):
+        assert torch.equal(got, want)
+    assert_all_on_openvino(report)
+
+
 def test_bool_maximum_minimum():
     a = torch.tensor([True, False, True, False])
     b = torch.tensor([True, True, False, False])

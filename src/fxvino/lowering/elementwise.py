@@ -7,6 +7,7 @@ import math
 import openvino.opset16 as ops
 import torch
 
+from fxvino.lowering import float_mod
 from fxvino.lowering import helpers as h
 from fxvino.lowering.registry import lowers
 
@@ -21,7 +22,6 @@ def _float_input(node: torch.fx.Node) -> str | None:
 _UNARY = {
     aten.abs.default: ops.abs,
     aten.neg.default: ops.negative,
-    aten.exp.default: ops.exp,
     aten.log.default: ops.log,
     aten.sqrt.default: ops.sqrt,
     aten.sin.default: ops.sin,
@@ -41,7 +41,6 @@ _UNARY = {
     aten.relu.default: ops.relu,
     aten.ceil.default: ops.ceiling,
     aten.floor.default: ops.floor,
-    aten.sign.default: ops.sign,
 }
 
 
@@ -57,6 +56,28 @@ def _unary(builder):
 
 for _op, _builder in _UNARY.items():
     lowers(_op)(_unary(_builder))
+
+
+def _exp(x):
+    """``exp(x)``, NaN where ``x`` is: the CPU plugin's Exp gives +inf for NaN."""
+    if not x.get_element_type().is_real():
+        return ops.exp(x).output(0)
+    return ops.select(ops.is_nan(x), x, ops.exp(x)).output(0)
+
+
+@lowers(aten.exp.default)
+def exp(ctx, node, x):
+    (x,) = h.to_out(node, x)
+    return _exp(x)
+
+
+@lowers(aten.sign.default)
+def sign(ctx, node, x):
+    """torch's sign of NaN is 0 (it compares with 0); the plugin's Sign passes NaN through."""
+    (x,) = h.to_out(node, x)
+    if not x.get_element_type().is_real():
+        return ops.sign(x).output(0)
+    return ops.select(ops.is_nan(x), h.const(0, h.out_dtype(node)), ops.sign(x)).output(0)
 
 
 @lowers(aten.round.default)
@@ -109,7 +130,7 @@ def log1p(ctx, node, x):
 @lowers(aten.expm1.default)
 def expm1(ctx, node, x):
     (x,) = h.to_out(node, x)
-    return ops.subtract(ops.exp(x), h.const(1, h.out_dtype(node))).output(0)
+    return ops.subtract(_exp(x), h.const(1, h.out_dtype(node))).output(0)
 
 
 @lowers(aten.exp2.default)
@@ -186,12 +207,12 @@ def _div_rounding(node):
 @lowers(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode, validator=_div_rounding)
 def div(ctx, node, a, b, rounding_mode=None):
     dtype = h.out_dtype(node)
+    if rounding_mode == "floor" and dtype.is_floating_point:
+        return float_mod.floor_divide(a, b, dtype)
     if rounding_mode is None or dtype.is_floating_point:
         a, b = h.to_out(node, a, b)
         q = ops.divide(a, b).output(0)
-        if rounding_mode == "floor":
-            q = ops.floor(q).output(0)
-        elif rounding_mode == "trunc":
+        if rounding_mode == "trunc":
             q = ops.multiply(ops.sign(q), ops.floor(ops.abs(q))).output(0)
         return q
     a, b = h.to_out(node, a, b)
@@ -200,21 +221,25 @@ def div(ctx, node, a, b, rounding_mode=None):
 
 @lowers(aten.floor_divide.default)
 def floor_divide(ctx, node, a, b):
-    a, b = h.to_out(node, a, b)
     if h.out_dtype(node).is_floating_point:
-        return ops.floor(ops.divide(a, b)).output(0)
+        return float_mod.floor_divide(a, b, h.out_dtype(node))
+    a, b = h.to_out(node, a, b)
     return h.floor_div(a, b)
 
 
 @lowers(aten.remainder.Tensor, aten.remainder.Scalar)
 def remainder(ctx, node, a, b):
     a, b = h.to_out(node, a, b)
+    if h.out_dtype(node).is_floating_point:
+        return float_mod.remainder(a, b)
     return ops.floor_mod(a, b).output(0)
 
 
 @lowers(aten.fmod.Tensor, aten.fmod.Scalar)
 def fmod(ctx, node, a, b):
     a, b = h.to_out(node, a, b)
+    if h.out_dtype(node).is_floating_point:
+        return float_mod.fmod(a, b)
     return ops.mod(a, b).output(0)
 
 

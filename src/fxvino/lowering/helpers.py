@@ -42,7 +42,12 @@ def is_output(v: Any) -> bool:
 def const(value: Any, dtype: torch.dtype) -> ov.Output:
     """A constant of ``dtype`` from a Python scalar, list or numpy array."""
     if dtype == torch.bfloat16:
-        return ops.convert(const(value, torch.float32), ov.Type.bf16).output(0)
+        # Rounded by torch, passed as bits: OpenVINO's constant folding of a Convert to bf16
+        # truncates (0.1 became 0.099609375, not torch's 0.10009765625).
+        bits = torch.from_numpy(np.asarray(value, dtype=np.float32)).bfloat16().view(torch.int16).numpy()
+        tensor = ov.Tensor(ov.Type.bf16, list(bits.shape))
+        tensor.data[...] = bits.view(tensor.data.dtype)
+        return ops.constant(tensor).output(0)
     return ops.constant(np.asarray(value, dtype=_NUMPY[dtype])).output(0)
 
 
@@ -71,6 +76,9 @@ def cast(v: Value, dtype: torch.dtype) -> ov.Output:
         return const(v, dtype)
     if v.get_element_type() == ov_type(dtype):
         return v
+    if dtype == torch.bool and v.get_element_type().is_real():
+        # torch: any nonzero is True, NaN included; the plugin converts NaN to False.
+        return ops.not_equal(v, ops.constant(0, v.get_element_type())).output(0)
     return ops.convert(v, ov_type(dtype)).output(0)
 
 
