@@ -167,6 +167,18 @@ def test_bf16_constants_round_to_nearest_like_torch():
     assert_all_on_openvino(report)
 
 
+def test_atan2_of_signed_zeros_and_infinities_is_torchs():
+    """``atan(y / x)`` with a quadrant correction gave NaN for two infinities and 0 for
+    atan2(+-0, -0); C's atan2, which torch uses, gives +-pi/4, +-3pi/4 and +-pi."""
+    inf = float("inf")
+    values = [NAN, inf, -inf, 0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 1e-30, 1e30]
+    y = torch.tensor([a for a in values for _ in values])
+    x = torch.tensor([b for _ in values for b in values])
+    out, report = run_fxvino(torch.atan2, y, x, fullgraph=True)
+    torch.testing.assert_close(out, torch.atan2(y, x), equal_nan=True)
+    assert_all_on_openvino(report)
+
+
 def test_bool_maximum_minimum():
     a = torch.tensor([True, False, True, False])
     b = torch.tensor([True, True, False, False])

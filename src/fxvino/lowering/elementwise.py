@@ -282,16 +282,27 @@ def atan2(ctx, node, a, b):
     return _atan2(a, b)
 
 
+def _sign_bit(x):
+    """Whether ``x``'s sign bit is set: negative numbers and -0.0 (whose reciprocal is -inf)."""
+    zero = h.const(0, h.dtype_of(x))
+    negative_zero = ops.logical_and(ops.equal(x, zero), ops.less(ops.divide(h.const(1, h.dtype_of(x)), x), zero))
+    return ops.logical_or(ops.less(x, zero), negative_zero).output(0)
+
+
 def _atan2(y, x):
+    """C's atan2, signed zeros and infinities included: atan2(+-0, -0) is +-pi, atan2(+-inf,
+    -inf) is +-3pi/4 (``atan(y / x)`` alone gives 0 and NaN there)."""
     dtype = h.dtype_of(y)
     pi = h.const(math.pi, dtype)
     zero = h.const(0, dtype)
-    base = ops.atan(ops.divide(y, x))
-    x_neg = ops.less(x, zero)
-    y_neg = ops.less(y, zero)
-    adj = ops.select(x_neg, ops.select(y_neg, ops.negative(pi), pi), zero)
-    res = ops.add(base, adj)
-    x_zero = ops.equal(x, zero)
+    ratio = ops.divide(y, x).output(0)
+    both_inf = ops.logical_and(ops.is_inf(y), ops.is_inf(x))
+    ratio = ops.select(both_inf, ops.multiply(ops.sign(y), ops.sign(x)), ratio).output(0)
+    both_zero = ops.logical_and(ops.equal(y, zero), ops.equal(x, zero))
+    ratio = ops.select(both_zero, y, ratio).output(0)  # atan of a signed zero: the zero
+    adj = ops.select(_sign_bit(x), ops.select(_sign_bit(y), ops.negative(pi), pi), zero)
+    res = ops.add(ops.atan(ratio), adj)
+    x_zero = ops.logical_and(ops.equal(x, zero), ops.not_equal(y, zero))
     half = ops.multiply(ops.sign(y), h.const(math.pi / 2, dtype))
     return ops.select(x_zero, half, res).output(0)
 
