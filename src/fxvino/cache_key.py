@@ -54,7 +54,8 @@ from fxvino.options import Options
 # max-pool gradients scattered in rows; 11: max-pool indices by one scan over the window offsets;
 # 12: a > b lowered as b < a, and clamps that keep NaN, so older graphs compare NaN wrongly;
 # 13: exact float fmod/remainder/floor division, NaN through exp/sign/bool casts, atan2 of
-# signed zeros and infinities, and bf16 constants rounded to nearest).
+# signed zeros and infinities, bf16 constants rounded to nearest, 8-bit integer arithmetic that
+# wraps).
 KEY_FORMAT = 13
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.

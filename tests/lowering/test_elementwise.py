@@ -179,6 +179,35 @@ def test_atan2_of_signed_zeros_and_infinities_is_torchs():
     assert_all_on_openvino(report)
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a, b: a + b,
+        lambda a, b: a - b,
+        lambda a, b: a * b,
+        lambda a, b: a + 100,
+        lambda a, b: 5 - a,
+        lambda a, b: torch.sub(a, b, alpha=3),
+        lambda a, b: -a,
+        lambda a, b: a.abs(),
+        lambda a, b: a.sum(dtype=a.dtype),
+        lambda a, b: a[:4].prod(dtype=a.dtype),
+    ],
+    ids=["add", "sub", "mul", "add_scalar", "rsub", "sub_alpha", "neg", "abs", "sum", "prod"],
+)
+def test_8bit_integer_arithmetic_wraps_like_torch(fn, dtype):
+    """The plugin's uint8/int8 arithmetic saturates (250 + 10 gave 255, -(-128) gave 127); torch's
+    wraps around (4, -128)."""
+    info = torch.iinfo(dtype)
+    a = torch.tensor([info.min, info.max, 0, 1, 100, info.max // 2 + 3] * 3, dtype=dtype)
+    b = torch.tensor([1, 1, info.max, info.max, 100, 5] * 3, dtype=dtype)
+    out, report = run_fxvino(fn, a, b, fullgraph=True)
+    assert out.dtype == dtype
+    assert torch.equal(out, fn(a, b))
+    assert_all_on_openvino(report)
+
+
 def test_bool_maximum_minimum():
     a = torch.tensor([True, False, True, False])
     b = torch.tensor([True, True, False, False])

@@ -46,10 +46,10 @@ _UNARY = {
 
 def _unary(builder):
     def lower(ctx, node, x):
-        (x,) = h.to_out(node, x)
+        (x,) = h.to_wrapping(node, x)
         if x.get_element_type().is_integral() and builder in (ops.ceiling, ops.floor):
-            return x
-        return builder(x).output(0)
+            return h.cast(x, h.out_dtype(node))
+        return h.cast(builder(x).output(0), h.out_dtype(node))
 
     return lower
 
@@ -166,35 +166,35 @@ def bitwise_not(ctx, node, x):
 def _alpha(node, b, alpha):
     if alpha == 1:
         return b
-    return ops.multiply(b, h.const(alpha, h.out_dtype(node))).output(0)
+    return ops.multiply(b, h.const(alpha, h.dtype_of(b))).output(0)
 
 
 @lowers(aten.add.Tensor, aten.add.Scalar)
 def add(ctx, node, a, b, alpha=1):
-    a, b = h.to_out(node, a, b)
+    a, b = h.to_wrapping(node, a, b)
     if h.out_dtype(node) == torch.bool:
         return ops.logical_or(a, b).output(0)
-    return ops.add(a, _alpha(node, b, alpha)).output(0)
+    return h.cast(ops.add(a, _alpha(node, b, alpha)).output(0), h.out_dtype(node))
 
 
 @lowers(aten.sub.Tensor, aten.sub.Scalar)
 def sub(ctx, node, a, b, alpha=1):
-    a, b = h.to_out(node, a, b)
-    return ops.subtract(a, _alpha(node, b, alpha)).output(0)
+    a, b = h.to_wrapping(node, a, b)
+    return h.cast(ops.subtract(a, _alpha(node, b, alpha)).output(0), h.out_dtype(node))
 
 
 @lowers(aten.rsub.Scalar, aten.rsub.Tensor)
 def rsub(ctx, node, a, b, alpha=1):
-    a, b = h.to_out(node, a, b)
-    return ops.subtract(b, _alpha(node, a, alpha)).output(0)
+    a, b = h.to_wrapping(node, a, b)
+    return h.cast(ops.subtract(b, _alpha(node, a, alpha)).output(0), h.out_dtype(node))
 
 
 @lowers(aten.mul.Tensor, aten.mul.Scalar)
 def mul(ctx, node, a, b):
-    a, b = h.to_out(node, a, b)
+    a, b = h.to_wrapping(node, a, b)
     if h.out_dtype(node) == torch.bool:
         return ops.logical_and(a, b).output(0)
-    return ops.multiply(a, b).output(0)
+    return h.cast(ops.multiply(a, b).output(0), h.out_dtype(node))
 
 
 def _div_rounding(node):

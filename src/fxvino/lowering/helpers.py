@@ -189,6 +189,23 @@ def to_out(node: torch.fx.Node, *values: Value) -> list[ov.Output]:
     return [cast(v, dtype) for v in values]
 
 
+# The CPU plugin's 8-bit integer arithmetic saturates (uint8 250 + 10 gives 255, int8 -(-128)
+# gives 127); torch's wraps (4 and -128). Such arithmetic runs in i32, whose Convert back to 8
+# bits wraps.
+_SATURATING = (torch.uint8, torch.int8)
+
+
+def wrapping_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype in which arithmetic producing ``dtype`` computes so that overflow wraps."""
+    return torch.int32 if dtype in _SATURATING else dtype
+
+
+def to_wrapping(node: torch.fx.Node, *values: Value) -> list[ov.Output]:
+    """Like :func:`to_out`, in :func:`wrapping_dtype`: the result is cast back with :func:`cast`."""
+    dtype = wrapping_dtype(out_dtype(node))
+    return [cast(v, dtype) for v in values]
+
+
 def is_float(dtype: torch.dtype) -> bool:
     return dtype.is_floating_point
 

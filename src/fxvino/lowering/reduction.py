@@ -25,10 +25,10 @@ def _scalar_input(x):
 
 @lowers(aten.sum.dim_IntList, aten.sum.default)
 def sum_(ctx, node, x, dim=None, keepdim=False, *, dtype=None):
-    x = h.cast(x, h.out_dtype(node))
     if _scalar_input(x):
-        return x
-    return ops.reduce_sum(x, _axes(x, dim), keepdim).output(0)
+        return h.cast(x, h.out_dtype(node))
+    x = h.cast(x, h.wrapping_dtype(h.out_dtype(node)))
+    return h.cast(ops.reduce_sum(x, _axes(x, dim), keepdim).output(0), h.out_dtype(node))
 
 
 @lowers(aten.mean.dim, aten.mean.default)
@@ -47,10 +47,10 @@ def mean(ctx, node, x, dim=None, keepdim=False, *, dtype=None):
 
 @lowers(aten.prod.dim_int, aten.prod.default)
 def prod(ctx, node, x, dim=None, keepdim=False, *, dtype=None):
-    x = h.cast(x, h.out_dtype(node))
     if _scalar_input(x):
-        return x
-    return ops.reduce_prod(x, _axes(x, dim), keepdim).output(0)
+        return h.cast(x, h.out_dtype(node))
+    x = h.cast(x, h.wrapping_dtype(h.out_dtype(node)))
+    return h.cast(ops.reduce_prod(x, _axes(x, dim), keepdim).output(0), h.out_dtype(node))
 
 
 @lowers(aten.amax.default)
