@@ -6,10 +6,12 @@ where the quotient can round to the next integer and the product loses its low b
 and 10 there, an error of a whole divisor. Here the quotient's product with ``b`` is formed exactly
 (Dekker's two-product from Veltkamp splits, plain multiplies and adds, so it does not depend on the
 plugin fusing them into FMAs), and a quotient one off is corrected from the remainder's sign and
-size. Exact while ``|a / b| < 2**24``; beyond that the remainder keeps the rounding of ``a / b``,
-as the plugin's own ops do everywhere.
+size. fmod and remainder are exact while ``|a / b| < 2**24``; beyond that they keep the rounding
+of ``a / b``, as the plugin's own ops do everywhere. Floor division equals eager's while
+``|a / b| < 2**22`` (tested; above, f32 rounding of ``a - fmod(a, b)`` can move it by one).
 
-16-bit floats compute in f32 and round once at the end: their operands' products are exact there.
+16-bit floats compute fmod and remainder in f32 and round once at the end (their operands'
+products are exact there); floor division rounds where PyTorch does (see :func:`floor_divide`).
 """
 
 from __future__ import annotations
