@@ -91,7 +91,7 @@ def trunc(ctx, node, x):
     (x,) = h.to_out(node, x)
     if not h.is_float(h.out_dtype(node)):
         return x
-    return ops.multiply(ops.sign(x), ops.floor(ops.abs(x))).output(0)
+    return h.trunc(x)
 
 
 @lowers(aten.rsqrt.default)
@@ -213,7 +213,7 @@ def div(ctx, node, a, b, rounding_mode=None):
         a, b = h.to_out(node, a, b)
         q = ops.divide(a, b).output(0)
         if rounding_mode == "trunc":
-            q = ops.multiply(ops.sign(q), ops.floor(ops.abs(q))).output(0)
+            q = h.trunc(q)
         return q
     a, b = h.to_out(node, a, b)
     return h.floor_div(a, b) if rounding_mode == "floor" else h.trunc_div(a, b)

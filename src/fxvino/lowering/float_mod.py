@@ -43,10 +43,6 @@ def _product_error(x: ov.Output, y: ov.Output, p: ov.Output) -> ov.Output:
     return ops.add(e, ops.multiply(xl, yl)).output(0)
 
 
-def _trunc(x: ov.Output) -> ov.Output:
-    return ops.multiply(ops.sign(x), ops.floor(ops.abs(x))).output(0)
-
-
 def _f32(a: ov.Output, b: ov.Output) -> tuple[ov.Output, ov.Output, torch.dtype]:
     dtype = h.dtype_of(a)
     return h.cast(a, torch.float32), h.cast(b, torch.float32), dtype
@@ -54,7 +50,7 @@ def _f32(a: ov.Output, b: ov.Output) -> tuple[ov.Output, ov.Output, torch.dtype]
 
 def _fmod32(a: ov.Output, b: ov.Output) -> ov.Output:
     zero = h.const(0.0, torch.float32)
-    q = _trunc(ops.divide(a, b).output(0))
+    q = h.trunc(ops.divide(a, b).output(0))
     p = ops.multiply(q, b).output(0)
     exact = ops.subtract(ops.subtract(a, p), _product_error(q, b, p)).output(0)
     # Products beyond f32's range (huge quotients) leave the split NaN: keep the plain remainder.
@@ -63,7 +59,7 @@ def _fmod32(a: ov.Output, b: ov.Output) -> ov.Output:
     step = ops.multiply(ops.sign(a), ops.abs(b)).output(0)
     over = ops.logical_and(ops.not_equal(r, zero), ops.not_equal(ops.less(r, zero), ops.less(a, zero)))
     r = ops.select(over, ops.add(r, step), r).output(0)
-    short = ops.greater_equal(ops.abs(r), ops.abs(b))
+    short = ops.less_equal(ops.abs(b), ops.abs(r))  # not GreaterEqual: true for NaN in the plugin
     r = ops.select(short, ops.subtract(r, step), r).output(0)
     # C's fmod: NaN for an infinite a or a zero b, a itself for an infinite b (a finite).
     keep_a = ops.logical_and(ops.is_inf(b), ops.is_finite(a))
@@ -98,9 +94,8 @@ def floor_divide(a: ov.Output, b: ov.Output | float, dtype: torch.dtype) -> ov.O
     element (a Python number or a one-element tensor): then it computes in f32, with a Python
     number unrounded. This follows both, to give its results."""
     one_element = not h.is_output(b) or all(d == 1 for d in h.static_shape(b))
-    a = h.cast(a, dtype)
-    b = h.cast(b, torch.float32 if not h.is_output(b) else dtype)
-    a, b, _ = _f32(a, b)
+    a = h.cast(h.cast(a, dtype), torch.float32)
+    b = h.cast(h.cast(b, dtype), torch.float32) if h.is_output(b) else h.const(b, torch.float32)
     stepwise = dtype != torch.float32 and not one_element
 
     def rounded(x: ov.Output) -> ov.Output:

@@ -78,7 +78,7 @@ def cast(v: Value, dtype: torch.dtype) -> ov.Output:
         return v
     if dtype == torch.bool and v.get_element_type().is_real():
         # torch: any nonzero is True, NaN included; the plugin converts NaN to False.
-        return ops.not_equal(v, ops.constant(0, v.get_element_type())).output(0)
+        return ops.not_equal(v, const(0, dtype_of(v))).output(0)
     return ops.convert(v, ov_type(dtype)).output(0)
 
 
@@ -241,6 +241,11 @@ def floor_div(a: ov.Output, b: ov.Output) -> ov.Output:
     ``a - floor_mod(a, b)`` is a multiple of ``b``, so dividing it is exact either way.
     """
     return ops.divide(ops.subtract(a, ops.floor_mod(a, b)), b).output(0)
+
+
+def trunc(x: ov.Output) -> ov.Output:
+    """Float rounding toward zero (OpenVINO has no Trunc op)."""
+    return ops.multiply(ops.sign(x), ops.floor(ops.abs(x))).output(0)
 
 
 def trunc_div(a: ov.Output, b: ov.Output) -> ov.Output:
