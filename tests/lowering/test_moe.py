@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import fxvino
 from harness import assert_all_on_openvino, run_fxvino
 
 
@@ -38,3 +39,43 @@ def test_transformers_grouped_mm(counts, tail):
     out, report = run_fxvino(lambda a, w, o: op(a, w, o), x, weight, offs)
     torch.testing.assert_close(out, op(x, weight, offs), rtol=1e-5, atol=1e-5)
     assert_all_on_openvino(report)
+
+
+@pytest.mark.parametrize("counts", [[2, 0, 3, 1], [0, 0, 6, 0], [1, 1, 1, 1]], ids=["mixed", "one-expert", "even"])
+@pytest.mark.parametrize("tail", [0, 2], ids=["all-routed", "dropped-tail"])
+def test_transformers_grouped_mm_backward(counts, tail):
+    """The gradients of the grouped product, as transformers' backward op computes them: experts
+    with no rows get a zero weight gradient, rows past the last run a zero input gradient."""
+    import transformers.integrations.moe  # noqa: F401  (registers torch.ops.transformers)
+
+    torch.manual_seed(0)
+    rows = sum(counts) + tail
+    x, weight, grad = torch.randn(rows, 8), torch.randn(len(counts), 8, 5), torch.randn(rows, 5)
+    offs = torch.tensor(counts).cumsum(0).to(torch.int32)
+    op = torch.ops.transformers.grouped_mm_fallback_backward
+
+    (grad_x, grad_weight), report = run_fxvino(lambda *a: op(*a), x, weight, offs, grad)
+    expected_x, expected_weight = op(x, weight, offs, grad)
+    torch.testing.assert_close(grad_x, expected_x, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grad_weight, expected_weight, rtol=1e-5, atol=1e-5)
+    assert_all_on_openvino(report)
+    assert report.ov_ops["transformers.grouped_mm_fallback_backward.default"] == 1
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["input-grad", "weight-grad"])
+def test_transformers_grouped_mm_backward_dynamic_rows(which):
+    """One gradient read (the other left unbuilt), the row count dynamic: a graph compiled once
+    serves every token count, on OpenVINO."""
+    import transformers.integrations.moe  # noqa: F401
+
+    op = torch.ops.transformers.grouped_mm_fallback_backward
+    compiled = torch.compile(lambda *a: op(*a)[which], backend="fxvino", dynamic=True)
+    weight = torch.randn(4, 8, 5)
+    with fxvino.collect_reports() as report, torch.no_grad():
+        for counts in ([2, 0, 3, 1], [5, 4, 0, 7], [1, 2, 3, 3]):
+            rows = sum(counts) + 1
+            x, grad = torch.randn(rows, 8), torch.randn(rows, 5)
+            offs = torch.tensor(counts).cumsum(0).to(torch.int32)
+            torch.testing.assert_close(compiled(x, weight, offs, grad), op(x, weight, offs, grad)[which])
+    assert_all_on_openvino(report)
+    assert len(report.graphs) <= 2, str(report)  # a static first graph, then one dynamic graph at most
