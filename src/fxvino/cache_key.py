@@ -37,6 +37,7 @@ import openvino as ov
 import torch
 import torch.fx
 
+from fxvino.devices import widened_types
 from fxvino.graph_edit import fetch_attr
 from fxvino.options import Options
 
@@ -55,8 +56,8 @@ from fxvino.options import Options
 # 12: a > b lowered as b < a, and clamps that keep NaN, so older graphs compare NaN wrongly;
 # 13: exact float fmod/remainder/floor division, NaN through exp/sign/bool casts, atan2 of
 # signed zeros and infinities, bf16 constants rounded to nearest, 8-bit integer arithmetic that
-# wraps).
-KEY_FORMAT = 13
+# wraps; 14: f16, and bf16 on CPUs without bf16 kernels, rounded where PyTorch rounds them).
+KEY_FORMAT = 14
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.
 _PARALLEL_BYTES = 64 << 20
@@ -138,6 +139,8 @@ def options_material(options: Options) -> dict[str, Any]:
         "decompositions": sorted(str(op) for op in options.decompositions),
         "disabled_ops": sorted(str(op) for op in options.disabled_ops),
         "aot_autograd": options.aot_autograd,
+        # The device's CPU class decides which 16-bit types a graph rounds by arithmetic.
+        "widened": sorted(str(t) for t in widened_types(options.device)),
     }
 
 

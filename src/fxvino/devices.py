@@ -10,6 +10,7 @@ import functools
 import logging
 
 import openvino as ov
+import torch
 
 VIRTUAL_DEVICES = ("AUTO", "MULTI", "HETERO", "BATCH")
 
@@ -78,3 +79,26 @@ def warn_if_precision_emulated(device: str, precision: str) -> bool:
         ", ".join(capabilities),
     )
     return True
+
+
+@functools.cache
+def widened_types(device: str) -> frozenset[torch.dtype]:
+    """The 16-bit float types ``device`` computes in f32, converting only at its boundaries.
+
+    Under fxvino's f32 inference precision the CPU plugin computes f16 graphs in f32 on every
+    CPU, and bf16 graphs on CPUs without bf16 kernels (no AVX512-BF16 or AMX): measured on an
+    AMX Xeon, a Zen 5 and, under ``qemu-x86_64 -cpu Haswell``, an AVX2-only CPU. Lowerings round
+    such values where PyTorch would (``lowering/rounding.py``). Other devices compute the types
+    they are given; a virtual device counts as a CPU when it may run on one."""
+    head, _, rest = device.strip().partition(":")
+    if head.upper() in VIRTUAL_DEVICES:
+        listed = [d.strip().split(".")[0] for d in rest.split(",") if d.strip()]
+        if "CPU" not in (listed or available_devices()):
+            return frozenset()
+    elif head.split(".")[0] != "CPU":
+        return frozenset()
+    try:
+        capabilities = [str(c) for c in core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")]
+    except Exception:  # noqa: BLE001 - a CPU that does not answer: round both, which is always right
+        capabilities = []
+    return frozenset({torch.float16} if "BF16" in capabilities else {torch.float16, torch.bfloat16})

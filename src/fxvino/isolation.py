@@ -22,7 +22,7 @@ import openvino.opset16 as ops
 import torch
 import torch.fx
 
-from fxvino.devices import core
+from fxvino.devices import core, widened_types
 from fxvino.lowering.convert import lower_graph
 from fxvino.options import Options
 
@@ -67,7 +67,7 @@ def infer_probe(options: Options, constants: Mapping[int, torch.Tensor], full_ar
     from fxvino.runtime import CompiledPartition
 
     def probe(prefix: torch.fx.GraphModule) -> None:
-        lowered = lower_graph(prefix, constants, "fxvino_bisect")
+        lowered = lower_graph(prefix, constants, "fxvino_bisect", widened_types(options.device))
         compiled = core().compile_model(lowered.model, options.device, options.compile_config())
         CompiledPartition(compiled, lowered.inputs, lowered.outputs)(*[full_args[i] for i in lowered.runtime_positions])
 
@@ -78,7 +78,7 @@ def compile_probe(options: Options, constants: Mapping[int, torch.Tensor]) -> Pr
     """A probe that lowers and compiles a prefix graph; raises what OpenVINO raises."""
 
     def probe(prefix: torch.fx.GraphModule) -> None:
-        lowered = lower_graph(prefix, constants, "fxvino_bisect")
+        lowered = lower_graph(prefix, constants, "fxvino_bisect", widened_types(options.device))
         core().compile_model(lowered.model, options.device, options.compile_config())
 
     return probe

@@ -24,7 +24,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
 from fxvino import cache, isolation, shared_weights, training, weight_pages
-from fxvino.devices import core
+from fxvino.devices import core, widened_types
 from fxvino.graph_edit import placeholders_to_attrs
 from fxvino.lowering import ensure_registered, plugin_config
 from fxvino.lowering.convert import LoweringError, fetch_attr, lower_graph
@@ -239,7 +239,7 @@ def _compile_partition(
                 t1 = t0
             else:
                 try:
-                    lowered = lower_graph(sub, constants, name)
+                    lowered = lower_graph(sub, constants, name, widened_types(options.device))
                 except LoweringError as e:
                     if e.node is None or e.node.op != "call_function":
                         raise

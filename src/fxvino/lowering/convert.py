@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ from fxvino.lowering import views
 from fxvino.lowering.plugin_config import plugin_config
 from fxvino.lowering.random import share_stream_keys
 from fxvino.lowering.registry import entry_for, op_name
+from fxvino.lowering.rounding import round_like_torch
 from fxvino.lowering.scalar_broadcasts import keep_scalar_broadcasts_small
 from fxvino.lowering.types import ov_type, real_dtype, to_numpy
 from fxvino.quantization.compressed import four_bit
@@ -105,8 +106,15 @@ def _sym_key(v: Any) -> str | None:
     return str(v.node.expr) if isinstance(v, torch.SymInt) else None
 
 
-def lower_graph(gm: torch.fx.GraphModule, constants: Mapping[int, torch.Tensor], name: str = "fxvino") -> LoweredGraph:
-    """Lower ``gm``; placeholder positions in ``constants`` become OpenVINO Constants."""
+def lower_graph(
+    gm: torch.fx.GraphModule,
+    constants: Mapping[int, torch.Tensor],
+    name: str = "fxvino",
+    widened: Collection[torch.dtype] = (),
+) -> LoweredGraph:
+    """Lower ``gm``; placeholder positions in ``constants`` become OpenVINO Constants. ``widened``
+    names the 16-bit float types the target device computes in f32 (``devices.widened_types``):
+    their values are rounded where PyTorch's rounding is observable (``rounding.py``)."""
     ctx = LoweringContext(name)
     params: list[ov.Node] = []
     inputs: list[InputSpec] = []
@@ -190,6 +198,7 @@ def lower_graph(gm: torch.fx.GraphModule, constants: Mapping[int, torch.Tensor],
         inputs.append(InputSpec("seed", -1))
     model = ov.Model(results, params, name)
     keep_scalar_broadcasts_small(model)
+    round_like_torch(model, widened)
     return LoweredGraph(model, inputs, outputs, runtime_positions, counts, plugin_config(model))
 
 

@@ -21,23 +21,16 @@ import openvino.opset16 as ops
 import torch
 
 from fxvino.lowering import helpers as h
+from fxvino.lowering.rounding import round_to, split
 
 # 2**12 + 1: splits an f32 (24-bit significand) into two halves of at most 12 bits.
 _SPLITTER = 4097.0
-# 2**13 + 1: the high half of that split is an f32 rounded to f16's 11 significant bits.
-_TO_F16_BITS = 8193.0
-
-
-def _split(x: ov.Output, splitter: float = _SPLITTER) -> tuple[ov.Output, ov.Output]:
-    c = ops.multiply(x, h.const(splitter, torch.float32))
-    high = ops.subtract(c, ops.subtract(c, x)).output(0)
-    return high, ops.subtract(x, high).output(0)
 
 
 def _product_error(x: ov.Output, y: ov.Output, p: ov.Output) -> ov.Output:
     """``x * y - p`` exactly, for ``p`` the rounded product ``x * y``."""
-    xh, xl = _split(x)
-    yh, yl = _split(y)
+    xh, xl = split(x, _SPLITTER)
+    yh, yl = split(y, _SPLITTER)
     e = ops.subtract(ops.multiply(xh, yh), p)
     e = ops.add(ops.add(e, ops.multiply(xh, yl)), ops.multiply(xl, yh))
     return ops.add(e, ops.multiply(xl, yl)).output(0)
@@ -99,11 +92,9 @@ def floor_divide(a: ov.Output, b: ov.Output | float, dtype: torch.dtype) -> ov.O
     stepwise = dtype != torch.float32 and not one_element
 
     def rounded(x: ov.Output) -> ov.Output:
-        if not stepwise:
-            return x
-        if dtype == torch.float16:  # the plugin drops a Convert to f16 and back: round by arithmetic
-            return ops.select(ops.is_finite(x), _split(x, _TO_F16_BITS)[0], x).output(0)
-        return h.cast(h.cast(x, dtype), torch.float32)
+        # By arithmetic: a Convert to the 16-bit type and back is dropped where the plugin
+        # computes that type in f32.
+        return round_to(x, dtype) if stepwise else x
 
     zero = h.const(0.0, torch.float32)
     mod = rounded(_fmod32(a, b))

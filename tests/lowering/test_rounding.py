@@ -1,0 +1,135 @@
+"""16-bit floats are rounded as PyTorch rounds them, on every CPU class.
+
+The CPU plugin computes f16 in f32 everywhere and bf16 in f32 where the CPU has no bf16 kernels
+(it then dropped cast pairs and truncated bf16 outputs). Expectations come from eager on the
+machine the test runs on; ``make test-avx2`` runs these as an AVX2-only CPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import openvino as ov
+import openvino.opset16 as ops
+import pytest
+import torch
+
+from fxvino.devices import core, widened_types
+from fxvino.lowering.rounding import round_like_torch, round_to
+from harness import assert_all_on_openvino, run_fxvino
+
+pytestmark = pytest.mark.numerics
+
+SIXTEEN = [torch.bfloat16, torch.float16]
+
+
+def _values() -> torch.Tensor:
+    """Random values of every magnitude, ties of both types, and the edges of their ranges."""
+    torch.manual_seed(0)
+    random = torch.randn(2048) * torch.logspace(-8, 8, 2048)
+    # An f32 halfway between two bf16 (f16) values: the low 16 (13) bits are 1000...0.
+    ties = torch.tensor(
+        [1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8, 1.0 + 2.0**-11, 1.0 + 3 * 2.0**-11, -(2.0 + 2.0**-7), 2.0**-20 * 1.5]
+    )
+    edges = torch.tensor(
+        [0.0, -0.0, float("inf"), float("-inf"), float("nan"), 65504.0, 65519.0, 65520.0, -65536.0, 3e38, -3.4e38]
+        + [1e34, 6e-5, 6.2e-5, 3e-8, 2.9e-8, -1e-7, 1e-30, 0.1, 1 / 3]
+    )
+    return torch.cat([random, ties, edges])
+
+
+def _assert_same(got: torch.Tensor, want: torch.Tensor) -> None:
+    assert got.dtype == want.dtype
+    same = (got == want) | (got.isnan() & want.isnan())
+    examples = [(got[i].item(), want[i].item()) for i in (~same).nonzero()[:5, 0].tolist()]
+    assert same.all(), f"{int((~same).sum())} of {same.numel()} differ (fxvino, eager): {examples}"
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN, ids=str)
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, dt: x.to(dt),
+        lambda x, dt: (x * 2).to(dt),
+        lambda x, dt: x.to(dt).float() * 3,
+        lambda x, dt: x.to(dt) * x.to(dt),
+        lambda x, dt: x.to(dt).type_as(x) + x.flip(0).to(dt).float(),
+        lambda x, dt: (x.to(dt) + 0.1).float(),
+        lambda x, dt: x.to(dt).to(torch.float16 if dt == torch.bfloat16 else torch.bfloat16),
+    ],
+    ids=["cast", "computed_cast", "round_trip", "product", "type_as", "constant_then_cast", "between_16bit"],
+)
+def test_16bit_values_are_rounded_like_torch(fn, dtype):
+    """Where the plugin computed in f32, ``x.to(bf16)`` truncated (1,035 of 4,096 values on a
+    Zen 3) and ``x.half().float()`` was ``x`` itself (4,095 of 4,096 on an AMX Xeon)."""
+    x = _values()
+    out, report = run_fxvino(lambda t: fn(t, dtype), x, fullgraph=True)
+    _assert_same(out, fn(x, dtype))
+    assert_all_on_openvino(report)
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN, ids=str)
+def test_an_autocast_boundary_rounds_the_16bit_result(dtype):
+    """A product under autocast leaves in the 16-bit type and is cast back for a float op: the
+    cast sees torch's rounded product. Operands of few bits keep every sum exact in f32, so the
+    accumulation order of either GEMM cannot matter: only the rounding can."""
+    torch.manual_seed(1)
+    x = torch.randint(-64, 64, (8, 2)).float() / 64 * (1 + torch.rand(8, 1).round() / 256)
+    w = torch.randint(-64, 64, (16, 2)).float() / 32
+
+    def fn(a, b):
+        with torch.autocast("cpu", dtype=dtype):
+            y = torch.nn.functional.linear(a, b)
+        return y.float() * 7
+
+    out, report = run_fxvino(fn, x, w, fullgraph=True)
+    _assert_same(out, fn(x, w))
+    assert_all_on_openvino(report)
+
+
+def _compiled_rounding(dtype: torch.dtype, x: np.ndarray) -> np.ndarray:
+    param = ops.parameter(list(x.shape), ov.Type.f32)
+    model = ov.Model([ops.result(round_to(param.output(0), dtype))], [param])
+    return core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(x)[0]
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN, ids=str)
+def test_round_to_is_torchs_rounding_over_whole_binades(dtype):
+    """f32 values of three binades (one at the type's range edge) rounded in the plugin by
+    :func:`round_to` are torch's conversion: every pattern of the bits rounding drops (16 for
+    bf16, 13 for f16) with the two bits above them, ties included, at the bottom of each binade
+    and at its top, where rounding carries into the exponent. Subnormal f32 are left out: the
+    plugin flushes them."""
+    low = 2.0**-18 if dtype == torch.float16 else 2.0**-100
+    starts = np.array([1.0, 3.0e4 if dtype == torch.float16 else 2.0**110, low], dtype=np.float32)
+    span = np.arange(1 << 18, dtype=np.uint32)
+    mantissas = np.concatenate([span, np.uint32((1 << 23) - (1 << 18)) + span])
+    bits = (starts.view(np.uint32)[:, None] & np.uint32(0xFF800000)) | mantissas
+    x = np.concatenate([bits.reshape(-1).view(np.float32), -bits[0].view(np.float32)])
+    got = torch.from_numpy(_compiled_rounding(dtype, x))
+    want = torch.from_numpy(x).to(dtype).float()
+    _assert_same(got, want)
+
+
+def test_exact_values_are_not_rounded_again():
+    """Inputs, and what only moves them, are exact: their casts and outputs add no rounding."""
+    a = ops.parameter([4], ov.Type.bf16)
+    b = ops.parameter([4], ov.Type.bf16)
+    moved = ops.reshape(a, ops.constant(np.array([2, 2], dtype=np.int64)), False)
+    outs = [ops.result(moved), ops.result(ops.convert(moved, ov.Type.f32)), ops.result(ops.multiply(a, b))]
+    model = ov.Model(outs, [a, b])
+    before = len(model.get_ordered_ops())
+    round_like_torch(model, {torch.bfloat16})
+    kinds = [op.get_type_name() for op in model.get_ordered_ops()]
+    # Only the product is rounded: one Convert to f32, the rounding, one Convert back.
+    assert kinds.count("IsFinite") == 1, kinds
+    assert len(kinds) > before
+    assert [r.input_value(0).get_node().get_type_name() for r in model.get_results()][:2] == ["Reshape", "Convert"]
+
+
+def test_widened_types_follow_the_cpu_class():
+    """f16 is computed in f32 on every CPU under the f32 hint; bf16 only where there are no bf16
+    kernels. Other devices compute what they are given."""
+    has_bf16 = "BF16" in core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    assert widened_types("CPU") == ({torch.float16} if has_bf16 else {torch.float16, torch.bfloat16})
+    assert widened_types("AUTO:CPU") == widened_types("CPU")
+    assert widened_types("GPU") == frozenset()
