@@ -1,7 +1,8 @@
 """Training step time side by side: forward + backward + AdamW step, and peak RSS, under eager
 PyTorch, Inductor, the OpenVINO wheel's backend (``aot_autograd``) and fxvino (``aot_autograd``).
 
-    python -m benchmarks.train                          # BERT-base s128 b8, GPT-2 small s128 b4, ResNet-50 b8
+    python -m benchmarks.train                          # BERT-base s128 b8, GPT-2 small s128 b4, ResNet-50 b8,
+                                                        # a gpt-oss-like MoE s128 b4 (8 experts, top 2)
     python -m benchmarks.train --size tiny --steps 3 --rounds 1     # a smoke check (seconds per worker)
     python -m benchmarks.train --models bert --contenders eager,fxvino --rounds 3
 
@@ -36,11 +37,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 RESULT = "TRAIN-RESULT "
 CONTENDERS = ("eager", "inductor", "openvino", "fxvino")
-MODELS = ("bert", "gpt2", "resnet50")
+MODELS = ("bert", "gpt2", "resnet50", "moe")
 # (batch, sequence length or image side) per model and size.
 SHAPES = {
-    "full": {"bert": (8, 128), "gpt2": (4, 128), "resnet50": (8, 224)},
-    "tiny": {"bert": (2, 16), "gpt2": (2, 16), "resnet50": (2, 32)},
+    "full": {"bert": (8, 128), "gpt2": (4, 128), "resnet50": (8, 224), "moe": (4, 128)},
+    "tiny": {"bert": (2, 16), "gpt2": (2, 16), "resnet50": (2, 32), "moe": (2, 16)},
 }
 
 
@@ -75,6 +76,8 @@ def _model(name: str, size: str):
         model = GPT2LMHeadModel(cfg).train()
         model.loss_type = "ForCausalLM"  # else transformers logs a warning inside forward: a graph break
         return model, (ids,), lambda m, b: m(input_ids=b[0], labels=b[0]).loss
+    if name == "moe":
+        return _moe(size, batch, length, g)
     from transformers import ResNetConfig, ResNetForImageClassification
 
     small = dict(embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1])
@@ -86,6 +89,32 @@ def _model(name: str, size: str):
         (pixels, labels),
         lambda m, b: m(pixel_values=b[0], labels=b[1]).loss,
     )
+
+
+def _moe(size: str, batch: int, length: int, g):
+    """gpt-oss's layout scaled to GPT-2 small's width: 8 experts, top 2, biased experts with clamped
+    SwiGLU, attention sinks, sliding and full attention alternating. transformers runs the experts
+    through its ``grouped_mm_fallback`` custom op: an expert loop in eager and under Inductor, one
+    product per projection (every expert for every row) on OpenVINO, forward and backward."""
+    import torch
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    if size == "tiny":  # a small vocabulary too, or the embeddings' AdamW update is most of the step
+        dims = dict(hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, head_dim=16)
+        dims["vocab_size"] = 1000
+    else:
+        dims = dict(hidden_size=768, intermediate_size=768, num_hidden_layers=6, num_attention_heads=12, head_dim=64)
+        dims["vocab_size"] = 32000
+    cfg = GptOssConfig(
+        num_key_value_heads=4, num_local_experts=8, num_experts_per_tok=2, sliding_window=64,
+        layer_types=["sliding_attention", "full_attention"] * (dims["num_hidden_layers"] // 2),
+        max_position_embeddings=max(length, 128), rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        **dims,
+    )  # fmt: skip
+    ids = torch.randint(0, cfg.vocab_size, (batch, length), generator=g)
+    model = GptOssForCausalLM(cfg).train()
+    model.loss_type = "ForCausalLM"
+    return model, (ids,), lambda m, b: m(input_ids=b[0], labels=b[0]).loss
 
 
 def _compile(model, contender: str):
