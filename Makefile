@@ -7,7 +7,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint venv clean venv-optimum bench-generate bench-quantization java test-serving bench-serving \
+.PHONY: demo test test-avx2 qemu lint venv clean venv-optimum bench-generate bench-quantization java test-serving bench-serving \
 	browser test-diffusion bench-diffusion
 
 $(STAMP): pyproject.toml
@@ -26,6 +26,21 @@ demo: $(STAMP)
 test: $(STAMP) java browser
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest -q
+	@if [ "$$(uname -m)" = x86_64 ]; then $(MAKE) --no-print-directory test-avx2; \
+	else echo "test-avx2 skipped: QEMU's user mode runs this x86-64 venv only on an x86-64 host"; fi
+
+# The numerics tests (pytest -m numerics) as an AVX2-only CPU, whatever this machine is: QEMU's
+# user-mode emulation runs the Python process on a Haswell model, and OpenVINO's CPU plugin then
+# picks its AVX2 kernels and computes bf16 in f32 (the class most laptops and many cloud VMs are).
+# TCG emulates up to AVX2, so the AVX-512 and AMX classes are only tested on such machines. The
+# features dropped from the model are ones TCG cannot emulate (it warns about each otherwise).
+QEMU_CPU ?= Haswell-noTSX,-pcid,-x2apic,-tsc-deadline,-invpcid
+test-avx2: $(STAMP) qemu
+	FXVINO_CONFORMANCE=off FXVINO_EMULATED_CPU=avx2 qemu-x86_64 -cpu $(QEMU_CPU) $(VENV)/bin/python -m pytest -q -p no:cacheprovider -m numerics
+
+qemu:
+	@command -v qemu-x86_64 >/dev/null || { \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq qemu-user; }
 
 # The web UI's test (tests/diffusion/test_txt2img_app.py) drives a headless Chromium: the system's
 # Chromium and chromedriver, installed only when missing (Debian/Ubuntu package names).

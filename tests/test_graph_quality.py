@@ -98,6 +98,7 @@ def test_fold_constants_leaves_random_large_and_input_ops():
     assert targets[torch.ops.aten.add.Tensor] >= 2
 
 
+@pytest.mark.numerics
 def test_autocast_runs_bf16_on_openvino():
     model, inputs = zoo.comparable("bert", num_hidden_layers=1)
     compiled = torch.compile(model, backend="fxvino")
@@ -246,6 +247,7 @@ def test_bf16_gated_mlp_runs_as_one_llm_kernel_for_few_rows(rows):
     torch.testing.assert_close(out.float(), want.float(), rtol=0.05, atol=0.05 * want.abs().max().item())
 
 
+@pytest.mark.numerics
 def test_autocast_without_a_gated_mlp_keeps_the_f32_precision():
     """Only a bf16 graph with a gated MLP asks for the bf16 inference precision: under autocast a
     linear/layer-norm model keeps f32, so the layer norm PyTorch computes in f32 stays f32."""

@@ -164,6 +164,7 @@ def test_meta_tensor_after_compiling_gives_a_meta_result_or_clear_error():
             assert out.device.type == "meta" and out.shape == expected.shape
 
 
+@pytest.mark.numerics
 def test_nan_and_inf_propagate_as_in_eager():
     model = _mlp()
     compiled = _compile(model)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from fxvino import zoo
@@ -36,6 +37,7 @@ def test_unknown_openvino_property_is_reported_not_crashing():
     assert "OpenVINO compile failed" in fb.reason and "NOT_A_PROPERTY" in fb.reason
 
 
+@pytest.mark.numerics
 def test_float32_results_by_default_and_bf16_on_request():
     model, (x,) = zoo.build("mlp")
     with torch.no_grad():

@@ -361,6 +361,7 @@ def test_only_static_graphs_of_little_work_are_tiny():
     assert "INFERENCE_NUM_THREADS" not in conv  # 16384 outputs of 144 multiply-adds each
 
 
+@pytest.mark.numerics
 def test_plain_calls_copy_results_and_fall_back_for_another_dtype():
     """A partition whose inputs are all copied in and outputs all static runs a shorter path
     (``_Plain``): its results are fresh tensors of the graph's dtypes, and an argument it was not

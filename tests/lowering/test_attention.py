@@ -32,6 +32,7 @@ def test_heads_and_lengths(hq, hkv, length, keys):
     _check(_sdpa, q, k, v)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("hq,hkv", [(4, 4), (4, 2)], ids=["mha", "gqa"])
 @pytest.mark.parametrize("kind", ["bool", "-inf", "finfo.min"])
 def test_fully_masked_rows_are_zero_as_in_pytorch(hq, hkv, kind):
@@ -320,6 +321,7 @@ def test_attention_over_a_written_cache_for_many_rows_keeps_the_fused_op():
     assert "ScatterNDUpdate" in _cache_ops(report)
 
 
+@pytest.mark.numerics
 def test_attention_over_a_written_bf16_cache():
     """A bf16 StaticCache: the same path, within bf16's rounding of eager's attention."""
     import copy

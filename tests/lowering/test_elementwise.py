@@ -7,6 +7,8 @@ import torch
 
 from harness import assert_all_on_openvino, most_bytes_live, run_fxvino
 
+pytestmark = pytest.mark.numerics
+
 A = torch.tensor([-7, 7, -7, 7, -8, 0, 9])
 B = torch.tensor([2, 2, -2, -2, 2, 3, -4])
 

@@ -57,6 +57,7 @@ def _runtime_precisions(report, layer_types: tuple[str, ...]) -> set[str]:
     }
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("fold", [False, True], ids=["fold_quantize=False", "fold_quantize=True"])
 def test_pt2e_static_int8_runs_int8_on_openvino(fold):
     """Convolutions and the linear run with int8 inputs (OpenVINO's low-precision kernels). Their
@@ -74,6 +75,7 @@ def test_pt2e_static_int8_runs_int8_on_openvino(fold):
         torch.testing.assert_close(out, torch.from_numpy(native(x.numpy())[0]), atol=1e-3, rtol=0)
 
 
+@pytest.mark.numerics
 def test_quantize_and_dequantize_alone_are_exact():
     """A quantize whose integers leave the graph, and dequantizes of integer inputs (per tensor and per
     channel), follow PyTorch exactly (round half to even, clamp, zero points)."""
@@ -117,6 +119,7 @@ def test_pt2e_dynamic_quantization_runs_on_openvino():
     assert report.ov_ops["quantized_decomposed.choose_qparams.tensor"] == 2, str(report)
 
 
+@pytest.mark.numerics
 def test_choose_qparams_matches_pytorch():
     def fn(x):
         scale, zero_point = qd.choose_qparams.tensor(x * 1.5, 0, 255, torch.finfo(torch.float32).eps, torch.uint8)
@@ -470,6 +473,7 @@ def test_cache_key_covers_quantization_parameters():
     assert graph_key(quantizer(0.5, 0, torch.int8), Options()) in keys  # and stable
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize(
     ("dtype", "low", "high", "on_openvino"),
     [

@@ -7,6 +7,8 @@ machine the test runs on; ``make test-avx2`` runs these as an AVX2-only CPU.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import openvino as ov
 import openvino.opset16 as ops
@@ -130,6 +132,8 @@ def test_widened_types_follow_the_cpu_class():
     """f16 is computed in f32 on every CPU under the f32 hint; bf16 only where there are no bf16
     kernels. Other devices compute what they are given."""
     has_bf16 = "BF16" in core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    # make test-avx2 says so: there the emulated CPU must be one without bf16 kernels.
+    assert not (has_bf16 and os.environ.get("FXVINO_EMULATED_CPU") == "avx2"), "QEMU did not hide AVX-512/AMX"
     assert widened_types("CPU") == ({torch.float16} if has_bf16 else {torch.float16, torch.bfloat16})
     assert widened_types("AUTO:CPU") == widened_types("CPU")
     assert widened_types("GPU") == frozenset()

@@ -75,6 +75,7 @@ def test_argmax_argmin_first_index_of_ties(dtype):
     assert out[3].shape == (1, 1)
 
 
+@pytest.mark.numerics
 def test_argmax_argmin_nan_and_inf():
     def fn(x):
         return torch.argmax(x, 1), torch.argmin(x, 1), torch.argmax(x.t(), 0, keepdim=True), torch.argmin(x[3:])
@@ -96,6 +97,7 @@ def test_max_min_dim(dtype):
     _check(fn, _ties(dtype, (3, 7, 5)), ops=["aten.max.dim", "aten.min.dim"])
 
 
+@pytest.mark.numerics
 def test_max_min_dim_nan_and_inf():
     def fn(x):
         return torch.max(x, 1), torch.min(x, 1), torch.max(x, 0)
@@ -146,6 +148,7 @@ def test_topk(dtype):
     _check(fn, _distinct((5, 12), dtype), ops=["aten.topk.default"])
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("largest", [True, False])
 def test_topk_nan_and_inf(largest):
     x = SPECIAL
@@ -161,6 +164,7 @@ def test_topk_nan_and_inf(largest):
 # ----------------------------------------------------------------------------- sort
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("descending", [False, True])
 def test_sort_stable_ties_nan_inf(descending):
     def fn(x, y):
