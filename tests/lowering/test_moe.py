@@ -79,3 +79,23 @@ def test_transformers_grouped_mm_backward_dynamic_rows(which):
             torch.testing.assert_close(compiled(x, weight, offs, grad), op(x, weight, offs, grad)[which])
     assert_all_on_openvino(report)
     assert len(report.graphs) <= 2, str(report)  # a static first graph, then one dynamic graph at most
+
+
+@pytest.mark.parametrize("counts", [[2, 0, 5, 1], [0, 0, 8, 0]], ids=["mixed", "one-expert"])
+def test_aten_grouped_mm_bf16(counts):
+    """PyTorch's grouped product (bf16 only under compile; transformers' MoE path for bf16 weights):
+    [S, K] x [E, K, N] and its weight gradient's [K, S] x [S, N] form (an empty run gives zeros),
+    with the row count dynamic from the second size on."""
+    torch.manual_seed(0)
+    weight = torch.randn(len(counts), 16, 16).bfloat16()
+    forward = torch.compile(lambda a, o: torch._grouped_mm(a, weight, offs=o), backend="fxvino", dynamic=True)
+    weight_grad = torch.compile(lambda a, g, o: torch._grouped_mm(a.t(), g, offs=o), backend="fxvino", dynamic=True)
+    with fxvino.collect_reports() as report, torch.no_grad():
+        for scale in (1, 2):  # every run and S scaled: all rows routed (PyTorch leaves others unwritten)
+            offs = (torch.tensor(counts) * scale).cumsum(0).to(torch.int32)
+            rows = int(offs[-1])
+            a, g = torch.randn(rows, 16).bfloat16(), torch.randn(rows, 16).bfloat16()
+            torch.testing.assert_close(forward(a, offs), torch._grouped_mm(a, weight, offs=offs))
+            torch.testing.assert_close(weight_grad(a, g, offs), torch._grouped_mm(a.t(), g, offs=offs))
+    assert_all_on_openvino(report, partitions=None)
+    assert report.ov_ops["aten._grouped_mm.default"] >= 2, str(report)

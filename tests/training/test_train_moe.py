@@ -62,6 +62,37 @@ def test_moe_training_step_matches_eager_on_openvino(name):
     assert experts and all(g.abs().amax(dim=tuple(range(1, g.dim()))).min() > 0 for g in experts)
 
 
+@pytest.mark.parametrize("name", ["gpt-oss", "mixtral"])
+def test_bf16_moe_training_step_on_openvino(name):
+    """With bf16 weights transformers calls PyTorch's own ``_grouped_mm`` instead of its fallback op,
+    in the forward and (as the gradients' products) in the backward. bf16 arithmetic rounds where
+    each implementation rounds, so both runs are judged against a float32 step from the same
+    weights: each gradient's largest error (relative to its largest value) within 4x eager bf16's,
+    or 3%, whichever is larger (measured on an AMX Xeon: at most 2.5x, 2.3%, attention's
+    projections; a CPU without bf16 kernels computes in f32, closer still). An expert whose
+    gradient went wrong would be off by its whole size."""
+    reference = MOE[name]()
+    model = copy.deepcopy(reference).to(torch.bfloat16)
+    twin = copy.deepcopy(model)
+    batch = models.causal_lm_batches()[0]
+    compiled = torch.compile(model, backend="fxvino", options=TRAINING)
+    with fxvino.collect_reports() as report:
+        loss = models.causal_lm_loss(compiled, batch)
+        loss.backward()
+    assert_training_on_openvino(report)
+    assert report.ov_ops["aten._grouped_mm.default"] >= 3 * 2 * model.config.num_hidden_layers, str(report)
+    models.causal_lm_loss(twin, batch).backward()
+    expected = models.causal_lm_loss(reference, batch)
+    expected.backward()
+    assert abs(loss.item() - expected.item()) <= 2e-2 * expected.item()
+    for (pname, ours), eager, ref in zip(
+        model.named_parameters(), twin.parameters(), reference.parameters(), strict=True
+    ):
+        scale = ref.grad.abs().max()
+        error, eager_error = ((g.grad.float() - ref.grad).abs().max() / scale for g in (ours, eager))
+        assert error <= max(4 * eager_error, 3e-2), f"{pname}: {error:.4f} vs eager bf16 {eager_error:.4f}"
+
+
 def test_moe_steps_of_new_lengths_train_on_openvino():
     """A second sequence length recompiles with the token count dynamic; the expert gradients must
     stay right and on OpenVINO there too (the products' row count is then a run-time size)."""

@@ -16,6 +16,9 @@ loop's 160).
 Training goes through the op's backward, ``transformers.grouped_mm_fallback_backward`` (another
 custom op, so autograd never looks into the loop): lowered on the same grid, it keeps an MoE
 model's backward on OpenVINO, where it once left every expert's gradient products to PyTorch.
+With bf16 weights transformers calls PyTorch's ``aten._grouped_mm`` instead (its compiled path
+takes bf16 only), whose backward is ``_grouped_mm`` again; that too runs on the grid, where before
+a bf16 MoE model's experts ran in PyTorch in inference and training alike.
 """
 
 from __future__ import annotations
@@ -128,3 +131,33 @@ def grouped_mm_backward(ctx, node, x, weight, offs, grad):
         product = ops.matmul(groups.gather(x), grad_rows, True, False).output(0)  # [E, K, N]
         grad_weight = h.cast_like(product, weight)
     return grad_x, grad_weight
+
+
+def _aten_grouped_mm_ok(node: torch.fx.Node) -> str | None:
+    args = list(node.args) + [None] * 5
+    offs = node.kwargs.get("offs", args[2])
+    bias = node.kwargs.get("bias", args[3])
+    out_dtype = node.kwargs.get("out_dtype", args[4])
+    a, b = h.meta(node.args[0]), h.meta(node.args[1])
+    if offs is None or bias is not None:
+        return "only grouped products over offsets, without bias, are lowered"
+    if out_dtype not in (None, a.dtype):
+        return "an output dtype other than the inputs' is not lowered"
+    if (a.dim(), b.dim()) not in ((2, 3), (2, 2)):
+        return "only [S, K] x [E, K, N] and [K, S] x [S, N] grouped products are lowered"
+    return None
+
+
+@lowers(aten._grouped_mm.default, validator=_aten_grouped_mm_ok)
+def aten_grouped_mm(ctx, node, a, b, offs=None, bias=None, out_dtype=None):
+    """PyTorch's own grouped product, which transformers calls instead of its fallback op for bf16
+    weights (``torch.nn.functional.grouped_mm``). [S, K] x [E, K, N] is :func:`grouped_mm` (rows
+    past the last run are zero; PyTorch's kernel leaves them unwritten). Its backward's weight
+    gradient is the [K, S] x [S, N] form: per run ``e``, ``a[:, run e] @ b[run e]``, [E, K, N],
+    zero for an empty run as in PyTorch's kernel."""
+    if h.rank(b) == 3:
+        groups = _Groups(offs, h.dim(a, 0))
+        return groups.scatter(ops.matmul(groups.gather(a), b, False, False).output(0))
+    groups = _Groups(offs, h.dim(b, 0))
+    columns = groups.gather(h.transpose(a, [1, 0]))  # [E, C, K]
+    return ops.matmul(columns, groups.gather(b), True, False).output(0)
