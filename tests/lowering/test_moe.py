@@ -81,6 +81,7 @@ def test_transformers_grouped_mm_backward_dynamic_rows(which):
     assert len(report.graphs) <= 2, str(report)  # a static first graph, then one dynamic graph at most
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("counts", [[2, 0, 5, 1], [0, 0, 8, 0]], ids=["mixed", "one-expert"])
 def test_aten_grouped_mm_bf16(counts):
     """PyTorch's grouped product (bf16 only under compile; transformers' MoE path for bf16 weights):
