@@ -95,7 +95,8 @@ def _moe(size: str, batch: int, length: int, g):
     """gpt-oss's layout scaled to GPT-2 small's width: 8 experts, top 2, biased experts with clamped
     SwiGLU, attention sinks, sliding and full attention alternating. transformers runs the experts
     through its ``grouped_mm_fallback`` custom op: an expert loop in eager and under Inductor, one
-    product per projection (every expert for every row) on OpenVINO, forward and backward."""
+    batched product over the experts' runs of rows per projection on OpenVINO (``lowering/moe.py``),
+    forward and backward."""
     import torch
     from transformers import GptOssConfig, GptOssForCausalLM
 

@@ -56,7 +56,8 @@ from fxvino.options import Options
 # 12: a > b lowered as b < a, and clamps that keep NaN, so older graphs compare NaN wrongly;
 # 13: exact float fmod/remainder/floor division, NaN through exp/sign/bool casts, atan2 of
 # signed zeros and infinities, bf16 constants rounded to nearest, 8-bit integer arithmetic that
-# wraps; 14: f16, and bf16 on CPUs without bf16 kernels, rounded where PyTorch rounds them).
+# wraps; 14: f16, and bf16 on CPUs without bf16 kernels, rounded where PyTorch rounds them, and
+# MoE grouped products on a grid of the runs instead of every row times every expert).
 KEY_FORMAT = 14
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.
