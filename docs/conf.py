@@ -1,0 +1,71 @@
+"""Sphinx configuration of fxvino's documentation (MyST Markdown; ``make docs`` builds it).
+
+The pages are Markdown that GitHub also renders, so links between them are relative ``.md``
+paths. Links to files of the repository outside ``docs/`` (benchmark results, examples, tests)
+go to the file on disk in a local build; ``repo_file_links`` below turns them into plain links
+instead of cross-references that Sphinx could not resolve.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+# Document the work tree's own package, as the tests do (pyproject's pythonpath = src).
+sys.path.insert(0, str(ROOT / "src"))
+
+project = "fxvino"
+author = "the fxvino authors"
+copyright = "2026, the fxvino authors"
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "sphinxarg.ext",
+]
+source_suffix = {".md": "markdown"}
+exclude_patterns = ["_build", "conftest.py", "README.md"]
+myst_enable_extensions = ["colon_fence"]
+myst_heading_anchors = 3
+
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+autodoc_default_options = {"members": False}
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+
+html_theme = "alabaster"
+html_title = "fxvino"
+html_static_path: list[str] = []
+
+# Cheap and quiet: a build must not touch OpenVINO devices or compile anything. Importing fxvino
+# imports torch and openvino (a few seconds), nothing more.
+os.environ.setdefault("FXVINO_NATIVE", "0")
+
+
+# ----------------------------------------------------------------------------- repository links
+# A page links a repository file outside docs/ (benchmarks/results.md, tests/..., examples/...) by
+# its relative path, which GitHub follows. Sphinx would take a ``.md`` target for a page of the
+# site and fail to find it; MyST's ``path:`` scheme makes it a download of the file instead.
+_LINK = re.compile(r"\]\((?P<target>\.\./[^)\s#]+)(?P<anchor>#[^)\s]*)?\)")
+
+
+def repo_file_links(app, docname: str, source: list[str]) -> None:
+    page_dir = (DOCS / docname).parent
+
+    def rewrite(match: re.Match) -> str:
+        target = (page_dir / match["target"]).resolve()
+        if target.is_relative_to(DOCS):
+            return match[0]
+        return f"](path:{match['target']})"
+
+    source[0] = _LINK.sub(rewrite, source[0])
+
+
+def setup(app) -> None:
+    app.connect("source-read", repo_file_links)

@@ -1,0 +1,1 @@
+"""One module per op family; importing them fills the lowering registry."""

@@ -1,0 +1,1 @@
+"""FX graph passes over the captured ATen graphs, before partitioning."""

@@ -1,0 +1,1 @@
+"""The command line, the demo, reference models and reports about coverage and executed graphs."""
