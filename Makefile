@@ -21,10 +21,11 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/python -m fxvino.demo
+	$(VENV)/bin/python -m fxvino.tools.demo
 
 test: $(STAMP) java browser
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/python -m pytest -q
 	@if [ "$$(uname -m)" = x86_64 ]; then $(MAKE) --no-print-directory test-avx2; \
 	else echo "test-avx2 skipped: QEMU's user mode runs this x86-64 venv only on an x86-64 host"; fi
@@ -92,6 +93,7 @@ bench-serving: $(STAMP) java
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff format --check .
 
 clean:

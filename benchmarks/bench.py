@@ -355,7 +355,7 @@ def write_markdown(path: Path, table: dict, models: list[str], backends: list[st
         + (f"; ISA: {m['isa']}" if m.get("isa") else ""),
         f"- software: torch {m.get('torch')}, openvino {m.get('openvino')}, transformers {m.get('transformers')}, "
         f"numpy {m.get('numpy')}, Python {m.get('python')}; fxvino at {m.get('fxvino_commit')}",
-        f"- settings: batch as built by `fxvino.zoo`, 2 threads (`torch.set_num_threads(2)`, OMP_NUM_THREADS=2), "
+        f"- settings: batch as built by `fxvino.tools.zoo`, 2 threads (`torch.set_num_threads(2)`, OMP_NUM_THREADS=2), "
         f"{meta['rounds']} interleaved round(s), timed loop ~{meta['target_s']:g} s per measurement "
         f"(at least 10 calls); every measurement in a fresh process with an empty Inductor cache; "
         f"waited up to {meta.get('quiet_wait', 0):g} s for a quiet machine before each worker, "

@@ -94,9 +94,9 @@ def _traced_eager() -> Any:
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
 
-    from fxvino.capture import decomposition_table
-    from fxvino.graph_edit import contiguous_group_norm_inputs
+    from fxvino.capture.decompositions import decomposition_table
     from fxvino.options import Options
+    from fxvino.utils.fx import contiguous_group_norm_inputs
 
     def run_in_pytorch(gm: torch.fx.GraphModule, _example: Any) -> Any:
         contiguous_group_norm_inputs(gm)
@@ -229,7 +229,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "minor_faults": ru.ru_minflt,
     }
     if c == "fxvino_warm":
-        from fxvino.cache import cache_for
+        from fxvino.cache.store import cache_for
 
         st = cache_for(Path(args.fxvino_cache)).stats
         # getattr: the fields newer than the cache itself read 0 when measuring an older commit.

@@ -81,7 +81,7 @@ def worker(model_name: str, precision: str, calls: int) -> dict[str, dict[str, f
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="resnet50", help="a model of fxvino.zoo taking one image tensor")
+    parser.add_argument("--model", default="resnet50", help="a model of fxvino.tools.zoo taking one image tensor")
     parser.add_argument("--precision", choices=["f32", "bf16", "both"], default="both")
     parser.add_argument("--calls", type=int, default=60, help="interleaved rounds per process")
     parser.add_argument("--rounds", type=int, default=2, help="fresh processes per environment")

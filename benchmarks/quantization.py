@@ -103,7 +103,7 @@ def _build(contender: str, name: str, batch: int) -> tuple[Any, Any, Any]:
     """(callable under test, its eager quantized reference or None, the float model)."""
     import torch
 
-    from fxvino import zoo
+    from fxvino.tools import zoo
 
     model, _ = zoo.comparable(name)
     example = _inputs(name, batch, 0)

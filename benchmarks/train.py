@@ -95,7 +95,7 @@ def _moe(size: str, batch: int, length: int, g):
     """gpt-oss's layout scaled to GPT-2 small's width: 8 experts, top 2, biased experts with clamped
     SwiGLU, attention sinks, sliding and full attention alternating. transformers runs the experts
     through its ``grouped_mm_fallback`` custom op: an expert loop in eager and under Inductor, one
-    batched product over the experts' runs of rows per projection on OpenVINO (``lowering/moe.py``),
+    batched product over the experts' runs of rows per projection on OpenVINO (``lowering/ops/moe.py``),
     forward and backward."""
     import torch
     from transformers import GptOssConfig, GptOssForCausalLM
@@ -136,7 +136,7 @@ class _RuntimeTimer:
     """Seconds inside OpenVINO's infer and inside whole partition calls (fxvino's runtime)."""
 
     def __init__(self) -> None:
-        from fxvino import runtime
+        from fxvino.runtime import compiled_partition as runtime
 
         self.runtime, self.infer_s, self.call_s = runtime, 0.0, 0.0
         self._infer, self._call = runtime._infer, runtime.CompiledPartition.__call__

@@ -36,7 +36,8 @@ RESULT = "WARM_START_RESULT "
 def worker(model_name: str, kind: str, cache_dir: str) -> None:
     import torch
 
-    from fxvino import cache, zoo
+    from fxvino.cache import store as cache
+    from fxvino.tools import zoo
 
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     model, inputs = zoo.build(model_name)
@@ -73,7 +74,7 @@ def run_one(model_name: str, kind: str, cache_dir: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="bert,resnet50", help="comma-separated fxvino.zoo names")
+    parser.add_argument("--models", default="bert,resnet50", help="comma-separated fxvino.tools.zoo names")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--worker", nargs=3, metavar=("MODEL", "KIND", "CACHE_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

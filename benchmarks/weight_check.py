@@ -1,7 +1,7 @@
 """Cost of the per-call frozen-weight check (issue 13's goal: <= 5 µs for 1,000 parameters).
 
 Every call of a graph with frozen weights asks whether those weights are still the tensors, and the
-contents, OpenVINO's constants were made from (fxvino.weight_check). This times the native check
+contents, OpenVINO's constants were made from (fxvino.runtime.weight_check). This times the native check
 and the Python one side by side, interleaved, on the parameters of real module layouts: 1,000
 tensors of a stack of Linear+LayerNorm blocks, and BERT-base's 201 when transformers is installed.
 
@@ -18,7 +18,7 @@ import torch
 
 from benchmarks.bench import machine_info
 from fxvino import native
-from fxvino.weight_check import NativeCheck, PythonCheck
+from fxvino.runtime.weight_check import NativeCheck, PythonCheck
 
 
 def _layouts() -> dict[str, tuple[torch.Tensor, ...]]:

@@ -72,14 +72,14 @@ def first_line(exc: BaseException) -> str:
 
 
 def _load_zoo():
-    """``fxvino/zoo.py`` loaded by path, so that non-fxvino workers do not import fxvino."""
-    path = REPO / "src" / "fxvino" / "zoo.py"
+    """``fxvino/tools/zoo.py`` loaded by path, so that non-fxvino workers do not import fxvino."""
+    path = REPO / "src" / "fxvino" / "tools" / "zoo.py"
     if path.is_file():
         spec = importlib.util.spec_from_file_location("_bench_zoo", path)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         return mod
-    from fxvino import zoo  # installed elsewhere
+    from fxvino.tools import zoo  # installed elsewhere
 
     return zoo
 

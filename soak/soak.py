@@ -20,7 +20,7 @@ import psutil
 import torch
 
 import fxvino
-from fxvino import zoo
+from fxvino.tools import zoo
 
 MiB = 2**20
 
@@ -121,7 +121,7 @@ def threads(n_threads: int, calls: int) -> bool:
 
 def reset(model_name: str, rounds: int) -> bool:
     """Compile, run, drop, reset — ``rounds`` times; RSS must come back and models must die."""
-    from fxvino.runtime import CompiledPartition
+    from fxvino.runtime.compiled_partition import CompiledPartition
 
     refs: list[weakref.ref] = []
     init = CompiledPartition.__init__

@@ -19,10 +19,11 @@ import pytest
 import torch
 
 import fxvino
-from fxvino import cache as fxcache
-from fxvino.cache import ModelCache, parse_size
-from fxvino.cli import main as cli_main
+from fxvino.cache import store as fxcache
+from fxvino.cache.store import ModelCache
 from fxvino.options import Options
+from fxvino.tools.cli import main as cli_main
+from fxvino.utils.sizes import parse_size
 
 
 def _mlp(seed: int = 0, width: int = 32) -> torch.nn.Module:
@@ -171,7 +172,7 @@ def test_damaged_entry_is_detected_removed_and_rebuilt(tmp_path, caplog):
 _WRITER = textwrap.dedent(
     """
     import sys, time, torch, fxvino
-    from fxvino import cache
+    from fxvino.cache import store as cache
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 512), torch.nn.ReLU(), torch.nn.Linear(512, 8)).eval()
     x = torch.randn(4, 16)
@@ -461,12 +462,12 @@ def test_a_graph_whose_hits_lose_to_compiling_twice_is_set_aside(tmp_path, monke
     assert any("without the cache from now on" in r.getMessage() for r in caplog.records)
     assert _entries(tmp_path) == [], "entries of a graph set aside are removed: nothing will read them"
 
-    import fxvino.cache_key
+    import fxvino.cache.key
 
     def no_hashing(*args, **kwargs):
         raise AssertionError("a graph set aside must not hash its weights")
 
-    monkeypatch.setattr(fxvino.cache_key, "weights_key", no_hashing)
+    monkeypatch.setattr(fxvino.cache.key, "weights_key", no_hashing)
     out, report = _run(model, x, tmp_path)
     st = _stats(tmp_path)
     assert (st.aside, st.hits, st.misses, st.stores) == (1, 0, 0, 0), st
@@ -508,7 +509,7 @@ def test_weights_are_fingerprinted_with_blake3_whatever_the_threading():
     does not depend on how the work was split between threads."""
     import blake3
 
-    from fxvino import cache_key
+    from fxvino.cache import key as cache_key
 
     torch.manual_seed(0)
     big = torch.randn(17 << 20)  # 68 MB: hashed with BLAKE3's own threads when alone

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 import fxvino
-from fxvino import zoo
+from fxvino.tools import zoo
 
 SEQ_LENS = (32, 64, 96, 128, 160)
 

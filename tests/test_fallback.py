@@ -47,8 +47,8 @@ def _break_lowering(monkeypatch, op, only: str | None = None) -> None:
 
 def _refuse_compile(monkeypatch, refuse) -> list[int]:
     """Make OpenVINO's compile_model raise for the models ``refuse(model)`` picks; returns a call log."""
-    from fxvino import isolation, partition
     from fxvino.devices import core
+    from fxvino.partitioning import isolation, partition
 
     real, calls = core(), []
 
@@ -97,7 +97,7 @@ def test_failed_compile_is_bisected_to_the_node(monkeypatch):
 
 
 def test_one_failure_in_a_500_node_model_keeps_99_percent_on_openvino(monkeypatch):
-    from fxvino import zoo
+    from fxvino.tools import zoo
 
     model, (ids,) = zoo.comparable("bert", seq=16, hidden_size=64, num_attention_heads=2, intermediate_size=128)
     _break_lowering(monkeypatch, aten.gelu.default, only="gelu_5")  # the 6th of 12 layers
@@ -125,7 +125,7 @@ def test_device_wide_compile_failure_runs_on_inductor(monkeypatch):
 
 
 def _inductor_case(name: str):
-    from fxvino import zoo
+    from fxvino.tools import zoo
 
     if name == "cnn":  # batch norm (decomposed by fxvino's table, not Inductor's) and pooling
         model = torch.nn.Sequential(
@@ -208,7 +208,7 @@ class _VaeAttentionTail(torch.nn.Module):
     ids=["mlp", "group_norm_of_a_transposed_view"],
 )  # fmt: skip
 def test_runtime_failure_runs_eagerly_and_is_reported(monkeypatch, make):
-    from fxvino import runtime
+    from fxvino.runtime import compiled_partition as runtime
 
     model, x = make()
     compiled = torch.compile(model, backend="fxvino")
@@ -226,7 +226,7 @@ def test_runtime_failure_runs_eagerly_and_is_reported(monkeypatch, make):
 
 def test_inference_failure_is_bisected_with_the_real_inputs(monkeypatch):
     """OpenVINO failing at run time on a Tanh: that call runs eagerly, later ones split around the tanh."""
-    from fxvino import runtime
+    from fxvino.runtime import compiled_partition as runtime
 
     real_call = runtime.CompiledPartition.__call__
 
@@ -273,7 +273,7 @@ def test_each_kind_of_fallback_is_warned_once(monkeypatch, caplog):
 
 
 def test_a_bug_in_fxvino_runs_the_graph_on_inductor(monkeypatch):
-    from fxvino import capture
+    from fxvino.capture import aot as capture
 
     def buggy(*args, **kwargs):
         raise KeyError("a bug of ours")

@@ -98,7 +98,7 @@ def test_long_generation_compiles_three_graphs():
 def test_batch_of_four_with_left_padding(cache):
     """Prompts of different lengths in one batch, left-padded with an attention mask. With a
     StaticCache the prompt of 12 tokens is few enough rows for attention over the unwritten cache
-    too (lowering/attention.py), pad rows fully masked."""
+    too (lowering/ops/attention.py), pad rows fully masked."""
     model = _decoder("llama")
     kwargs = {"cache_implementation": "static"} if cache == "static" else {}
     lengths = [12, 7, 10, 4]
@@ -261,7 +261,7 @@ def test_superseded_static_graphs_release_their_weights():
 
 def test_static_cache_decode_reads_the_cache_without_copying_it():
     """With a StaticCache, a decode step's attention reads each layer's cache buffer as it is (the
-    new position patched into the scores, lowering/attention.py) instead of scattering the step's
+    new position patched into the scores, lowering/ops/attention.py) instead of scattering the step's
     keys and values into a copy of the whole cache; the buffers are written in place after the
     graph (input_writes.py). A prompt longer than 16 tokens keeps the fused attention. Tokens stay
     eager's."""

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from fxvino import cli, graph_quality, zoo
-from fxvino.capture import FOLD_MAX_BYTES, fold_constants
+from fxvino.passes.freezing import FOLD_MAX_BYTES, fold_constants
+from fxvino.tools import cli, zoo
+from fxvino.tools import exec_graph as graph_quality
 from harness import assert_all_on_openvino, cpu_computes_bf16
 
 
@@ -274,7 +275,7 @@ def test_products_over_computed_operands_read_k_contiguous_where_plain_is_slow(m
     gradient ``dy @ w``). There the backward copies such operands transposed first, behind an
     Unsqueeze so the plugin does not fold the copy back; gradients stay eager's either way."""
     from fxvino import collect_reports
-    from fxvino.lowering import linalg
+    from fxvino.lowering.ops import linalg
 
     monkeypatch.setattr(linalg, "_plain_b_is_slow", lambda: slow_plain_b)
     torch.manual_seed(0)

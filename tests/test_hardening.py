@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import fxvino
-from fxvino.runtime import CompiledPartition
+from fxvino.runtime.compiled_partition import CompiledPartition
 
 
 def _mlp(seed: int = 0, width: int = 64) -> torch.nn.Module:

@@ -1,5 +1,5 @@
 """The heap is trimmed once after the first call of a compiled model whose bound static inputs
-are large (heap.py): the plugin frees its own buffers for them at that call."""
+are large (runtime/heap_trim.py): the plugin frees its own buffers for them at that call."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import fxvino
-from fxvino import heap
+from fxvino.runtime import heap_trim as heap
 
 
 @pytest.fixture

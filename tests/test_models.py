@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fxvino import zoo
+from fxvino.tools import zoo
 from harness import assert_all_on_openvino, run_fxvino
 
 

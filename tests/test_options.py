@@ -104,7 +104,7 @@ def test_config_passes_through_and_wins(tmp_path):
     cfg = opts.compile_config()
     assert cfg["INFERENCE_PRECISION_HINT"] == "bf16"
     assert cfg["NUM_STREAMS"] == "2"
-    assert "CACHE_DIR" not in cfg  # model_caching is fxvino's own cache (cache.py), not OpenVINO's
+    assert "CACHE_DIR" not in cfg  # model_caching is fxvino's own cache (cache/store.py), not OpenVINO's
 
 
 def test_precision_option_sets_the_hint():

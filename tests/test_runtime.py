@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fxvino import collect_reports
-from fxvino.runtime import COPY_IN_BYTES
+from fxvino.runtime.compiled_partition import COPY_IN_BYTES
 from harness import assert_all_on_openvino, run_fxvino
 
 
@@ -104,7 +104,7 @@ def test_inputs_are_read_afresh_each_call(numel):
 
 def _partitions_compiling(fn, *args):
     """``fn`` compiled (static shapes) and called once on ``args``, and the CompiledPartitions made."""
-    import fxvino.partition as partition_module
+    import fxvino.partitioning.partition as partition_module
 
     captured = []
     original = partition_module.CompiledPartition
@@ -139,7 +139,7 @@ def test_compiling_pauses_the_garbage_collector_and_restores_it(enabled):
     seen = []
     fn = torch.compile(lambda x: x.sin() + 1, backend="fxvino")
 
-    import fxvino.capture as capture
+    import fxvino.capture.aot as capture
 
     original = capture.partition_and_compile
     with pytest.MonkeyPatch.context() as mp:
@@ -236,7 +236,7 @@ def test_large_dynamic_outputs_are_lent_and_never_overwritten():
     the request stays out of the pool while any view of them lives, so later calls never write
     into a result a caller still holds, including after the base tensor is gone and only a slice is
     left, and when callers keep more results than MAX_LENT requests."""
-    from fxvino.runtime import LEND_BYTES, MAX_LENT
+    from fxvino.runtime.compiled_partition import LEND_BYTES, MAX_LENT
 
     compiled = torch.compile(lambda x: x * 2 + 1, backend="fxvino", dynamic=True)
     rows = LEND_BYTES // (4 * 64) + 1
@@ -331,7 +331,7 @@ def test_the_users_config_wins_over_the_tiny_graph_settings():
 def _plugin_wishes(shape, build):
     import openvino.opset13 as ops
 
-    from fxvino.lowering.plugin_config import plugin_config
+    from fxvino.compilation.plugin_config import plugin_config
 
     p = ops.parameter(shape, ov.Type.f32)
     return plugin_config(ov.Model([build(p, ops)], [p]))
@@ -340,7 +340,7 @@ def _plugin_wishes(shape, build):
 def test_only_static_graphs_of_little_work_are_tiny():
     import numpy as np
 
-    from fxvino.lowering.plugin_config import TINY_WORK
+    from fxvino.compilation.plugin_config import TINY_WORK
 
     def product(n):
         return lambda p, ops: ops.matmul(p, ops.constant(np.ones((n, n), np.float32)), False, True)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import fxvino
-from fxvino import shared_weights
+from fxvino.compilation import shared_weights
 
 SHARE = {"share_weights": True}
 
@@ -212,7 +212,7 @@ def test_outputs_beside_a_top_level_graph_leave_their_if_packed_and_arrive_whole
     is read back as its own tensor, equal to the graph's own model's."""
     from fxvino.devices import core
     from fxvino.lowering.convert import InputSpec, OutputSpec
-    from fxvino.runtime import CompiledPartition
+    from fxvino.runtime.compiled_partition import CompiledPartition
 
     x = ops.parameter([-1, 3], ov.Type.f32)
     outs = [

@@ -12,7 +12,7 @@ import torch
 
 import fxvino
 from fxvino import native
-from fxvino.weight_check import NativeCheck, PythonCheck, weight_check
+from fxvino.runtime.weight_check import NativeCheck, PythonCheck, weight_check
 
 HAS_COMPILER = any(shutil.which(c) for c in ("c++", "g++", "clang++"))
 

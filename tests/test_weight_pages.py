@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import fxvino
-import fxvino.partition
-from fxvino import weight_pages
+import fxvino.partitioning.partition
 from fxvino.options import Options
+from fxvino.runtime import weight_pages
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_DONTNEED on file pages is Linux's")
 
@@ -203,7 +203,7 @@ def test_a_model_loaded_from_safetensors_keeps_its_weight_pages_out_of_memory(di
         return released
 
     real = weight_pages.release
-    monkeypatch.setattr(fxvino.partition.weight_pages, "release", recorded)
+    monkeypatch.setattr(fxvino.partitioning.partition.weight_pages, "release", recorded)
     compiled = torch.compile(model, backend="fxvino", options={"page_out_weights": page_out})
     with fxvino.collect_reports() as report, torch.no_grad():
         got = compiled(ids).logits

@@ -5,13 +5,12 @@ model = torch.compile(model, backend="fxvino", options={"device": "CPU"})
 
 from __future__ import annotations
 
+from fxvino._version import __version__
 from fxvino.backend import fxvino
 from fxvino.diffusion import compile_pipeline, weights_changed
 from fxvino.explain import explain
 from fxvino.options import Options
 from fxvino.report import GraphReport, Report, collect_reports
-
-__version__ = "0.1.0"
 
 
 def reset() -> None:
@@ -24,7 +23,7 @@ def reset() -> None:
 
     import torch._dynamo
 
-    from fxvino.cache import reset_caches
+    from fxvino.cache.store import reset_caches
 
     torch._dynamo.reset()
     reset_caches()

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from fxvino.capture import compile_dynamo_graph
+from fxvino.capture.aot import compile_dynamo_graph
 from fxvino.options import Options
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from fxvino.devices import available_devices, check_device, supported_properties, warn_if_precision_emulated
+from fxvino.utils.sizes import parse_size
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 PRECISIONS = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
@@ -99,8 +100,6 @@ class Options:
         if "cache_dir" in raw:
             kw["cache_dir"] = Path(_expect(raw["cache_dir"], (str, os.PathLike), "cache_dir")).expanduser()
         if "cache_size" in raw:
-            from fxvino.cache import parse_size
-
             kw["cache_size"] = parse_size(raw["cache_size"], "cache_size")
         if "decompositions" in raw:
             kw["decompositions"] = tuple(_overloads(raw["decompositions"], "decompositions"))
@@ -128,7 +127,7 @@ class Options:
         """OpenVINO properties for compile_model: mode, precision, what the lowered graph asks
         for (``graph_config``, e.g. ``SNIPPETS_MODE`` for quantized CNNs), then the user's config.
 
-        ``model_caching`` is fxvino's own cache (``cache.py``), not OpenVINO's ``CACHE_DIR``: that
+        ``model_caching`` is fxvino's own cache (``cache/store.py``), not OpenVINO's ``CACHE_DIR``: that
         one would hash every weight of an in-memory model on each compile and store a second
         copy of each blob. A ``CACHE_DIR`` given in ``config`` still passes through.
         """

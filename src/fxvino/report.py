@@ -52,7 +52,7 @@ class PartitionReport:
     # Bytes of the frozen weights mapped from a file, kept out of resident memory (weight_pages.py).
     released_weight_bytes: int = 0
     on_openvino: bool = True
-    # A training backward run once on zeros when compiled, to free the plugin's input buffers (training.py).
+    # A training backward run once on zeros when compiled, to free the plugin's input buffers (training/aot.py).
     primed: bool = False
     # The runtime partition, weakly: a report must not keep a compiled model alive after a reset.
     partition_ref: weakref.ref | None = dataclasses.field(default=None, repr=False, compare=False)

@@ -10,7 +10,7 @@
 * ``FXVINO_CONFORMANCE_JSON=path`` writes every case's outcome as JSON;
   ``FXVINO_CONFORMANCE_SUMMARY=path`` merges them into the compact summary ``fxvino ops``
   reads (``docs/conformance.json``). The summary also prints the per-Core-ATen-op pass rate
-  (``fxvino.coverage``), the number the suite exists to prove.
+  (``fxvino.tools.op_coverage``), the number the suite exists to prove.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import openvino
 import pytest
 import torch
 
-from fxvino import coverage
+from fxvino.tools import op_coverage as coverage
 
 HERE = Path(__file__).resolve().parent
 GENERATED = HERE / "xfails_generated.py"
@@ -104,9 +104,9 @@ def _memoized_decomposition_table() -> Any:
     result. Set
     ``FXVINO_CONFORMANCE_DECOMP_CACHE=0`` to run the unpatched code path.
     """
-    import fxvino.capture as capture
+    from fxvino.capture import decompositions
 
-    original = getattr(capture, "decomposition_table", None)
+    original = getattr(decompositions, "decomposition_table", None)
     if original is None or os.environ.get("FXVINO_CONFORMANCE_DECOMP_CACHE", "1").strip() == "0":
         yield
         return
@@ -118,11 +118,11 @@ def _memoized_decomposition_table() -> Any:
             memo[key] = original(options)
         return dict(memo[key])
 
-    capture.decomposition_table = decomposition_table
+    decompositions.decomposition_table = decomposition_table
     try:
         yield
     finally:
-        capture.decomposition_table = original
+        decompositions.decomposition_table = original
 
 
 @pytest.fixture(autouse=True)
@@ -132,22 +132,22 @@ def _no_constant_folding() -> Any:
     Per test, not per session: a session fixture would stay active for the tests collected
     after this directory (``make test`` runs them all in one process).
 
-    ``capture.fold_constants`` (an optimisation) computes ops whose inputs are all constants
+    ``passes.freezing.fold_constants`` (an optimisation) computes ops whose inputs are all constants
     once, in PyTorch. Many OpInfo samples have no tensor input at all (``arange``, ``full``,
     ``eye``, the window functions): folded, nothing would be left for OpenVINO to prove. Set
     ``FXVINO_CONFORMANCE_FOLD=1`` to run with folding as users get it.
     """
-    import fxvino.capture as capture
+    from fxvino.passes import freezing
 
-    original = getattr(capture, "fold_constants", None)
+    original = getattr(freezing, "fold_constants", None)
     if original is None or os.environ.get("FXVINO_CONFORMANCE_FOLD", "").strip() in ("1", "true", "yes"):
         yield
         return
-    capture.fold_constants = lambda gm: 0
+    freezing.fold_constants = lambda gm: 0
     try:
         yield
     finally:
-        capture.fold_constants = original
+        freezing.fold_constants = original
 
 
 def _is_conformance(nodeid: str) -> bool:
@@ -253,7 +253,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     for dtype, c in sorted(by_dtype.items()):
         w(f"{dtype:<10}{sum(c.values()):>7}" + "".join(f"{c[s]:>9}" for s in statuses))
 
-    # The acceptance number: per Core ATen op, not per OpInfo case (fxvino.coverage says how).
+    # The acceptance number: per Core ATen op, not per OpInfo case (fxvino.tools.op_coverage says how).
     core_lines = coverage.format_core_summary(_cases(outs))
     if core_lines:
         w("")

@@ -277,7 +277,7 @@ def trace_aten_ops(fn: Callable, args: tuple, kwargs: dict) -> set[str]:
     """
     from torch._dynamo.backends.common import aot_autograd
 
-    from fxvino.capture import decomposition_table
+    from fxvino.capture.decompositions import decomposition_table
     from fxvino.lowering.registry import op_name
     from fxvino.options import Options
 

@@ -159,7 +159,7 @@ TOLERANCES: dict[CaseKey, tuple[float, float, str]] = {
 
 # Hand-written expected failures; they override generated ones.
 # Samples with dropout_p > 0 draw random numbers on OpenVINO, which differ from eager's by
-# contract (lowering/random.py); the samples without dropout still have to match eagerly.
+# contract (lowering/ops/random.py); the samples without dropout still have to match eagerly.
 _RANDOM_DROPOUT = "[wrong-result] dropout_p > 0 samples draw different random numbers than eager (by contract)"
 MANUAL_XFAILS: dict[CaseKey, str] = {
     (name, "", dt): _RANDOM_DROPOUT

@@ -1,11 +1,11 @@
-"""fxvino.coverage: per-op verdicts from OpInfo cases, and the committed summary's round trip."""
+"""fxvino.tools.op_coverage: per-op verdicts from OpInfo cases, and the committed summary's round trip."""
 
 from __future__ import annotations
 
 import json
 
-from fxvino import coverage
-from fxvino.coverage import FAILED, PASSED, SKIPPED, Case
+from fxvino.tools import op_coverage as coverage
+from fxvino.tools.op_coverage import FAILED, PASSED, SKIPPED, Case
 
 ADD, MUL, VIEW, NONZERO = "aten.add.Tensor", "aten.mul.Tensor", "aten.view.default", "aten.nonzero.default"
 

@@ -150,7 +150,7 @@ def test_pipeline_whose_every_partition_fails_at_run_time_gives_eager_images(tmp
     """OpenVINO raising on every call: each component runs its traced graph in PyTorch, reported,
     and the images are eager's. (The VAE decoder's traced group norms meet a tensor that is not
     contiguous at run time, on which PyTorch's own traced graph raises.)"""
-    from fxvino import runtime
+    from fxvino.runtime import compiled_partition as runtime
 
     pipe = rp.sd_pipeline(tmp_path)
     call = {"prompt": "a cat", "height": 64, "width": 64, "num_inference_steps": 2}

@@ -63,7 +63,7 @@ def test_weights_changed_accepts_modules_pipelines_and_lists():
 def test_weights_that_keep_changing_end_up_as_inputs():
     """An eval call after each training-like update: refrozen at most REFREEZE_LIMIT times, then one
     compile with weights as inputs serves every later change, still equal to eager."""
-    from fxvino.capture import REFREEZE_LIMIT
+    from fxvino.capture.aot import REFREEZE_LIMIT
 
     torch.manual_seed(0)
     model = _Net().eval()
@@ -80,7 +80,7 @@ def test_weights_that_keep_changing_end_up_as_inputs():
 def test_a_refreeze_that_fails_runs_weights_as_inputs_from_then_on(monkeypatch):
     """A graph whose compile with the new weights fails computes with the current weights as inputs,
     and does not try that compile again on every later call."""
-    import fxvino.capture as capture
+    from fxvino.passes import freezing
 
     torch.manual_seed(0)
     model = _Net().eval()
@@ -93,7 +93,7 @@ def test_a_refreeze_that_fails_runs_weights_as_inputs_from_then_on(monkeypatch):
         attempts.append(1)
         raise RuntimeError("injected: compiling with the new weights fails")
 
-    monkeypatch.setattr(capture, "_freeze_and_fold", failing)
+    monkeypatch.setattr(freezing, "freeze_and_fold", failing)
     with torch.no_grad():
         model.lin.weight.mul_(2.0)
     for _ in range(3):

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 
 import fxvino
-from fxvino import capture
+from fxvino.capture import decompositions
 
 aten = torch.ops.aten
 
@@ -29,7 +29,7 @@ def keep_backward_ops(monkeypatch):
         aten.native_group_norm_backward.default,
         aten.embedding_dense_backward.default,
     }
-    monkeypatch.setattr(capture, "KEEP_UNDECOMPOSED", capture.KEEP_UNDECOMPOSED | kept)
+    monkeypatch.setattr(decompositions, "KEEP_UNDECOMPOSED", decompositions.KEEP_UNDECOMPOSED | kept)
 
 
 def train_step(model, *inputs, options=None, dynamic=None):

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import fxvino
-from fxvino import capture
+from fxvino.capture import decompositions
 from fxvino.options import Options
 from harness import assert_all_on_openvino, run_fxvino
 
@@ -26,8 +26,8 @@ MODE_PADS = [
 @pytest.fixture
 def keep_mode_pads():
     """Capture keeps reflection/replication pads whole (the Core ATen table would decompose them)."""
-    assert set(MODE_PADS) <= capture.KEEP_UNDECOMPOSED
-    assert not set(MODE_PADS) & set(capture.decomposition_table(Options()))
+    assert set(MODE_PADS) <= decompositions.KEEP_UNDECOMPOSED
+    assert not set(MODE_PADS) & set(decompositions.decomposition_table(Options()))
 
 
 def _check(fn, *args, op, dynamic=None):

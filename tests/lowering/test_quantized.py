@@ -204,7 +204,7 @@ def test_quantized_residual_adds_fuse_into_convolutions():
     """A quantized residual block's Add and requantization run as post-ops of its last convolution
     (as in native conversion), not as a separate float Subgraph: the plugin's snippets tokenizer
     takes them first with static shapes, so fxvino turns snippets off for such graphs
-    (``lowering/plugin_config.py``; ResNet-50 int8 batch 8: 28.0 -> 20.0 ms). A user's own
+    (``compilation/plugin_config.py``; ResNet-50 int8 batch 8: 28.0 -> 20.0 ms). A user's own
     ``SNIPPETS_MODE`` still wins, which shows the Subgraph the setting avoids."""
     torch.manual_seed(0)
     model, x = _Bottlenecks().eval(), torch.randn(2, 32, 14, 14)
@@ -228,7 +228,8 @@ def test_pt2e_resnet50_runs_every_convolution_in_int8_as_native_does():
     convolutions and the classifier run with int8 inputs, every residual Add is fused into a
     convolution (no Subgraph layers, as in native conversion), and the output stays within a few
     quantization steps of the PT2E model run eagerly."""
-    from fxvino import graph_quality, zoo
+    from fxvino.tools import exec_graph as graph_quality
+    from fxvino.tools import zoo
 
     model, _ = zoo.comparable("resnet50")
     x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(0))
@@ -422,7 +423,7 @@ def test_bert_runs_its_linear_layers_in_int8(flow):
     as it is (dead pooler ops); after ``ready_for_quantizer`` / ``remove_dead_code`` every linear
     layer runs in int8, within cosine 0.999 of the quantized model run eagerly."""
     from fxvino.quantization import ready_for_quantizer, remove_dead_code
-    from fxvino.zoo import comparable
+    from fxvino.tools.zoo import comparable
 
     model, (ids,) = comparable("bert", num_hidden_layers=2, hidden_size=128, num_attention_heads=4, seq=64)
     torch.manual_seed(0)
@@ -453,7 +454,7 @@ def test_bert_runs_its_linear_layers_in_int8(flow):
 def test_cache_key_covers_quantization_parameters():
     """Two graphs that differ only in a quantization scale, zero point or dtype have different cache
     keys (the scale is an argument in the graph's code; int weights are constants, fingerprinted)."""
-    from fxvino.cache_key import graph_key
+    from fxvino.cache.key import graph_key
     from fxvino.options import Options
 
     def quantizer(scale: float, zero_point: int, dtype: torch.dtype):

@@ -1,6 +1,6 @@
 """rand, randn and dropout on OpenVINO.
 
-The numbers cannot equal eager's (lowering/random.py), so these tests check what a user relies
+The numbers cannot equal eager's (lowering/ops/random.py), so these tests check what a user relies
 on instead: the distribution (moments and a Kolmogorov-Smirnov distance, at sizes where a
 broken generator is far outside the bounds), independence between calls and between ops,
 reproducibility under ``torch.manual_seed``, and that the in-graph hash computes exactly what
@@ -18,8 +18,8 @@ import torch.nn.functional as F
 
 import fxvino
 from fxvino.lowering import helpers as h
-from fxvino.lowering import random as rnd
 from fxvino.lowering.convert import LoweringContext
+from fxvino.lowering.ops import random as rnd
 from harness import assert_all_on_openvino, largest_constant_bytes, run_fxvino
 
 N = 200_000

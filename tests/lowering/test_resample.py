@@ -20,9 +20,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import fxvino
-from fxvino import capture
+from fxvino.capture import decompositions
 from fxvino.options import Options
-from fxvino.partition import partition_and_compile
+from fxvino.partitioning.partition import partition_and_compile
 from fxvino.report import GraphReport, Report
 from harness import assert_all_on_openvino, run_fxvino
 
@@ -244,7 +244,7 @@ def test_grid_sample(mode, padding_mode, align_corners):
 @pytest.fixture
 def keep_col2im(monkeypatch):
     """col2im is in the Core ATen decomposition table (index_put); keep it whole."""
-    monkeypatch.setattr(capture, "KEEP_UNDECOMPOSED", capture.KEEP_UNDECOMPOSED | {aten.col2im.default})
+    monkeypatch.setattr(decompositions, "KEEP_UNDECOMPOSED", decompositions.KEEP_UNDECOMPOSED | {aten.col2im.default})
 
 
 @pytest.mark.parametrize(

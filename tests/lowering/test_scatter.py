@@ -9,7 +9,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import fxvino
 from fxvino.options import Options
-from fxvino.partition import partition_and_compile
+from fxvino.partitioning.partition import partition_and_compile
 from fxvino.report import GraphReport
 from harness import assert_all_on_openvino, run_fxvino
 

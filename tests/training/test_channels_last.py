@@ -13,7 +13,7 @@ import openvino.opset16 as ops
 import torch
 from train_loop import train_like_eager
 
-from fxvino import channels_last
+from fxvino.training import channels_last
 
 N, C1, C2, SIDE = 4, 24, 48, 16  # channels differ from every spatial size: NHWC shapes are unambiguous
 

@@ -1,5 +1,5 @@
 """Saved permutations of activations (``a.t()`` for a weight gradient, permuted attention heads)
-are saved as the tensor under the view, and the backward permutes it (training.py): an OpenVINO
+are saved as the tensor under the view, and the backward permutes it (training/aot.py): an OpenVINO
 forward would otherwise copy each one out through a Transpose (~220 ms of GPT-2 small's 1.5 s
 training forward on 2 AVX2 cores)."""
 
@@ -11,7 +11,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from train_loop import TRAINING
 
 import fxvino
-from fxvino import training
+from fxvino.training import aot as training
 
 
 def _block(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:

@@ -79,8 +79,8 @@ def test_small_backwards_and_integer_divisions_are_not_primed():
     import openvino as ov
     import openvino.opset16 as ops
 
-    from fxvino import training
     from fxvino.devices import core
+    from fxvino.training import aot as training
 
     def compiled(divide: bool, rows: int) -> tuple[ov.CompiledModel, ov.Model]:
         x = ops.parameter([rows, 1024], ov.Type.f32)
@@ -124,7 +124,7 @@ def test_only_large_outputs_read_in_the_graph_are_rewritten():
     import openvino as ov
     import openvino.opset16 as ops
 
-    from fxvino import training
+    from fxvino.training import aot as training
 
     x = ops.parameter([512, 256], ov.Type.f32)
     shared = ops.tanh(x)  # 512 KB, also read by the Add

@@ -37,9 +37,10 @@ import openvino as ov
 import torch
 import torch.fx
 
+from fxvino._version import __version__
 from fxvino.devices import widened_types
-from fxvino.graph_edit import fetch_attr
 from fxvino.options import Options
+from fxvino.utils.fx import fetch_attr
 
 # Raised when entries made by earlier code must not be served: the key format changed, or a
 # lowering's results did (2: MaxPool values and indices of windows of -inf or NaN now equal
@@ -65,12 +66,10 @@ _PARALLEL_BYTES = 64 << 20
 
 
 def _versions() -> dict[str, str]:
-    import fxvino
-
     return {
         "format": str(KEY_FORMAT),
         "weights_hash": WEIGHTS_HASH,
-        "fxvino": fxvino.__version__,
+        "fxvino": __version__,
         "openvino": ov.get_version(),
         "torch": torch.__version__,
     }

@@ -1,5 +1,5 @@
 """fxvino's persistent model cache: compiled partitions on disk, found again by a key that
-cannot go stale (``cache_key.py``), loaded without lowering or compiling.
+cannot go stale (``cache/key.py``), loaded without lowering or compiling.
 
 One entry is one file, ``<key>.fxvc``::
 
@@ -57,9 +57,10 @@ import openvino as ov
 import torch
 import torch.fx
 
-from fxvino import weight_pages
+from fxvino.compilation.plugin_config import RUN_TIME
 from fxvino.lowering.convert import InputSpec, OutputSpec
-from fxvino.lowering.plugin_config import RUN_TIME
+from fxvino.runtime import weight_pages
+from fxvino.utils.sizes import format_size
 
 logger = logging.getLogger("fxvino")
 
@@ -221,48 +222,6 @@ def specs_from_json(meta: Mapping[str, Any]) -> tuple[list[InputSpec], list[Outp
 
 
 # ---- sizes ----------------------------------------------------------------------------------
-
-_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30}
-_UNITS["tib"] = 2**40
-
-
-def parse_size(value: Any, key: str = "cache_size") -> int | None:
-    """Bytes from an int or a string such as ``"2GB"``, ``"500 MiB"``; None for no cap."""
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "unlimited")):
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ValueError(
-            f"option {key!r} must be a number of bytes or a string like '2GB' or '500MiB' "
-            f"(or None for no limit), got {type(value).__name__} {value!r}"
-        )
-    if isinstance(value, int):
-        n = value
-    else:
-        text = value.strip().lower().replace(" ", "")
-        digits = text.rstrip("abcdefghijklmnopqrstuvwxyz")
-        unit = text[len(digits) :] or "b"
-        if unit not in _UNITS or not digits:
-            raise ValueError(
-                f"option {key!r} got {value!r}; write a size like '2GB', '500MB', '1.5GiB' or a number of "
-                f"bytes (units: {', '.join(_UNITS)})"
-            )
-        try:
-            n = int(float(digits) * _UNITS[unit])
-        except ValueError:
-            raise ValueError(f"option {key!r} got {value!r}: {digits!r} is not a number") from None
-    if n <= 0:
-        raise ValueError(f"option {key!r} must be positive (or None for no limit), got {value!r}")
-    return n
-
-
-def format_size(n: int | None) -> str:
-    if n is None:
-        return "unlimited"
-    for unit, size in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"
-
 
 # ---- the cache ------------------------------------------------------------------------------
 
@@ -784,7 +743,7 @@ def lookup(
     off clears them, and ``ASIDE_STRIKES`` in a row set the graph aside (``ModelCache.strike``):
     later lookups of it return (None, None) before hashing anything.
     """
-    from fxvino.cache_key import PREFIX_LEN, graph_key, make_key, weights_key
+    from fxvino.cache.key import PREFIX_LEN, graph_key, make_key, weights_key
 
     cache = cache_for(options.cache_dir)
     t0 = time.perf_counter()

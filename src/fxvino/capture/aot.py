@@ -20,94 +20,26 @@ from typing import Any
 import torch
 import torch._dynamo.exc
 import torch.fx
-from torch._decomp import _core_aten_decompositions_post_autograd, get_decompositions
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
-from fxvino import input_writes, isolation, specialize, superseded, training
-from fxvino.decompositions import DECOMPOSITIONS
-from fxvino.graph_edit import KEEP_UNFOLDED, aot_metadata, contiguous_group_norm_inputs, placeholders_to_attrs
-from fxvino.lowering.convert import fetch_attr
+from fxvino.capture import decompositions, specialize
 from fxvino.options import Options
-from fxvino.partition import partition_and_compile
-from fxvino.quantization.compressed import keep_compressed_weights
-from fxvino.quantization.weight_only import scale_weights_not_products
+from fxvino.partitioning import isolation
+from fxvino.partitioning.partition import partition_and_compile
+from fxvino.passes import freezing, input_writes
 from fxvino.report import Fallback, GraphReport, publish
-from fxvino.weight_check import weight_check
+from fxvino.runtime import superseded
+from fxvino.runtime.weight_check import weight_check
+from fxvino.training import aot as training
+from fxvino.utils.fx import aot_metadata, contiguous_group_norm_inputs, graph_forward
 
 logger = logging.getLogger("fxvino")
 aten = torch.ops.aten
 
-# Ops OpenVINO has fused kernels for: lowered directly instead of decomposed.
-KEEP_UNDECOMPOSED = frozenset(
-    {
-        aten._scaled_dot_product_flash_attention_for_cpu.default,
-        aten.silu.default,
-        aten.hardswish.default,
-        aten.hardsigmoid.default,
-        aten.mish.default,
-        aten.softplus.default,
-        aten.elu.default,
-        aten.leaky_relu.default,
-        aten.hardtanh.default,
-        aten.log_softmax.int,
-        aten._log_softmax.default,
-        aten.native_group_norm.default,
-        # Pads, col2im and these backward ops have exact lowerings; the decomposed reflect pad
-        # also hits an OpenVINO CPU bug (Abs of an i64 Range).
-        aten.reflection_pad1d.default,
-        aten.reflection_pad2d.default,
-        aten.reflection_pad3d.default,
-        aten.replication_pad1d.default,
-        aten.replication_pad2d.default,
-        aten.replication_pad3d.default,
-        aten.col2im.default,
-        aten.native_layer_norm_backward.default,
-        aten.native_group_norm_backward.default,
-        aten.embedding_dense_backward.default,
-    }
-)
-# upsample_* are not listed: torch runs Python kernels for them while AOTAutograd traces, before
-# this table is consulted, so they arrive decomposed (and lower fine that way).
-
-
 # Exceptions Dynamo uses to restart analysis or skip a frame: they must reach Dynamo.
 _DYNAMO_CONTROL_FLOW = (torch._dynamo.exc.RestartAnalysis, torch._dynamo.exc.SkipFrame)
-
-
-def decomposition_table(options: Options) -> dict[torch._ops.OpOverload, Callable]:
-    """The decompositions AOTAutograd applies: Core ATen's, less what we lower whole, plus the user's.
-
-    Built once per distinct ``decompositions`` option; each caller gets its own copy of the dict.
-    """
-    return dict(_decomposition_table(options.decompositions))
-
-
-# Non-composite ops that torch.export's Core ATen table decomposes beyond the post-autograd one.
-_EXPORT_EXTRAS = (
-    aten.upsample_nearest1d.default,
-    aten.upsample_nearest2d.default,
-    aten.upsample_nearest3d.default,
-    aten._upsample_nearest_exact1d.default,
-    aten._upsample_nearest_exact2d.default,
-    aten._upsample_nearest_exact3d.default,
-)
-
-
-@functools.lru_cache(maxsize=8)
-def _decomposition_table(extra: tuple[torch._ops.OpOverload, ...]) -> dict[torch._ops.OpOverload, Callable]:
-    """``core_aten_decompositions()`` without its ~500 CompositeImplicitAutograd entries.
-
-    Those entries (which cost 0.1-0.35 s to materialise, on every cold start) only map a
-    composite op to its own ``decompose()``, which AOTAutograd's tracer does anyway.
-    """
-    table = _core_aten_decompositions_post_autograd()
-    table.update(get_decompositions(list(_EXPORT_EXTRAS)))
-    table = {k: v for k, v in table.items() if k not in KEEP_UNDECOMPOSED}
-    table.update(DECOMPOSITIONS)
-    table.update(get_decompositions(list(extra)))
-    return table
 
 
 @contextlib.contextmanager
@@ -160,7 +92,7 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
         for i, t in enumerate(example_inputs)
         if isinstance(t, torch.Tensor) and get_static_address_type(t) is not None
     }
-    static = _flattened_static(example_inputs, static)
+    static = freezing.flattened_static(example_inputs, static)
     # Decided here, in the caller's state: AOTAutograd compiles with autocast (and grad) off.
     plain_call = not (torch.is_grad_enabled() or torch._C._is_any_autocast_enabled())
     plain_call = plain_call and not any(isinstance(a, (list, tuple, dict)) for a in example_inputs)
@@ -175,7 +107,7 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
         fw_compiler=functools.partial(compile_fn, kind="forward"),
         bw_compiler=bw,
         inference_compiler=functools.partial(compile_fn, kind="inference"),
-        decompositions=decomposition_table(options),
+        decompositions=decompositions.decomposition_table(options),
         **(training.aot_partitioning() if options.aot_autograd else {}),
     )
     try:
@@ -230,7 +162,7 @@ def _compile_aten(
 ) -> Callable:
     report = GraphReport(next_id(), kind)
     contiguous_group_norm_inputs(gm)  # before anything may run it in PyTorch
-    frozen = _frozen_inputs(gm, static) if kind == "inference" else {}
+    frozen = freezing.frozen_inputs(gm, static) if kind == "inference" else {}
     mutated = input_writes.updated_inputs(gm) if kind == "inference" else []
     report.frozen_inputs = len(frozen)
     live = [i for i in range(len(example_inputs)) if i not in frozen]
@@ -241,7 +173,7 @@ def _compile_aten(
         # Work on a copy of the graph: if anything fails half-way, ``gm`` is still intact.
         work = _LazyGraphModule(gm, copy.deepcopy(gm.graph))  # code is generated only if run
         with unset_fake_temporarily():  # AOTAutograd calls us in fake mode; weights are real
-            report.folded_nodes = _freeze_and_fold(work, frozen)
+            report.folded_nodes = freezing.freeze_and_fold(work, frozen)
         runner = _partition(work, options, report, mutated)
     except Exception as e:  # noqa: BLE001 - a bug of ours must degrade, not crash the model
         runner = _graph_fallback(gm, report, e)
@@ -277,15 +209,6 @@ def _partition(
     return runner
 
 
-def _freeze_and_fold(work: torch.fx.GraphModule, frozen: dict[int, torch.Tensor]) -> int:
-    """Weights into constants, compressed ones kept compressed, then constant folding; returns the
-    number of folded nodes. Every path that freezes a graph goes through here."""
-    _freeze(work, frozen)
-    scale_weights_not_products(work)
-    keep_compressed_weights(work)
-    return fold_constants(work)
-
-
 REFREEZE_LIMIT = 8
 
 
@@ -303,7 +226,7 @@ class _FrozenWeights:
     those weights were seen before), so a stale result never comes back. Weights that keep changing (eval
     calls between training steps) stop being refrozen after ``REFREEZE_LIMIT`` compiles: the graph
     then takes them as inputs, one compile that is current whatever they become. Both checks are
-    one call of a :mod:`fxvino.weight_check` (native: ~7 ns per tensor).
+    one call of a :mod:`fxvino.runtime.weight_check` (native: ~7 ns per tensor).
 
     Released (a dynamic recompile of the same code superseded it: superseded.py), the graph
     frees its compiled models and compiles again only if it is called again.
@@ -321,7 +244,7 @@ class _FrozenWeights:
         self.positions = tuple(frozen)
         self.tensors = tuple(frozen.values())
         self.runner: torch.fx.GraphModule | None = runner
-        self.forward = _graph_forward(runner)
+        self.forward = graph_forward(runner)
         self.report = report
         self.live = live
         self._lock = threading.Lock()
@@ -353,7 +276,7 @@ class _FrozenWeights:
             if runner is None:  # could not compile again: weights as inputs are always current
                 self.forward = self._weights_as_inputs
             else:
-                self.runner, self.forward = runner, _graph_forward(runner)
+                self.runner, self.forward = runner, graph_forward(runner)
                 self.refreezes += 1
         return self.forward(*[args[i] for i in self.live])
 
@@ -372,7 +295,7 @@ class _FrozenWeights:
                 if runner is None:
                     self.forward = self._weights_as_inputs
                 else:
-                    self.runner, self.forward = runner, _graph_forward(runner)
+                    self.runner, self.forward = runner, graph_forward(runner)
         return self.forward(*live_args)
 
     def _weights_as_inputs(self, *live_args: Any) -> Any:
@@ -421,7 +344,7 @@ def _refreeze(
     try:
         work = _LazyGraphModule(gm, copy.deepcopy(gm.graph))
         with _gc_paused(), torch.no_grad(), _outside_callers_modes():
-            report.folded_nodes = _freeze_and_fold(work, frozen)
+            report.folded_nodes = freezing.freeze_and_fold(work, frozen)
             runner = _partition(work, options, report, mutated)
     except Exception as e:  # noqa: BLE001 - the caller runs the weights-as-inputs graph instead
         logger.warning("fxvino: compiling graph %s again failed (%s); running it with weights as inputs", name, e)
@@ -453,7 +376,7 @@ def _compile_unfrozen(
         runner = _graph_fallback(gm, report, e)
         return gm.forward if runner is None else runner
     publish(report)
-    return _graph_forward(runner)
+    return graph_forward(runner)
 
 
 def _graph_fallback(gm: torch.fx.GraphModule, report: GraphReport, error: Exception) -> Callable | None:
@@ -468,17 +391,10 @@ def _graph_fallback(gm: torch.fx.GraphModule, report: GraphReport, error: Except
     return None if ran_on == "eager" else runner
 
 
-def _graph_forward(runner: torch.fx.GraphModule) -> Callable:
-    """The generated code itself, without nn.Module's call machinery."""
-    if isinstance(runner, _LazyGraphModule):
-        runner.real_recompile()
-    return runner.forward
-
-
 def _boxed_call(runner: torch.fx.GraphModule, live: list[int] | None) -> Callable:
     """The compiled graph as AOTAutograd calls it (one list of arguments), in as few Python
     frames as possible: each costs on every call of the model."""
-    forward = _graph_forward(runner)
+    forward = graph_forward(runner)
 
     if live is None:
 
@@ -503,7 +419,7 @@ def _boxed_call_of(fn: Callable) -> Callable:
 
 def _unboxed_call(runner: torch.fx.GraphModule, live: list[int] | None) -> Callable:
     """The compiled graph as Dynamo calls its backend's result (positional arguments)."""
-    forward = _graph_forward(runner)
+    forward = graph_forward(runner)
     if live is None:
         return forward
 
@@ -551,161 +467,3 @@ def _backward_in_pytorch(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
     )
     publish(report)
     return make_boxed_func(gm)
-
-
-class _FlatStatic(dict):
-    """Static inputs keyed by their position among the tensors AOTAutograd's graph takes once it
-    has unwrapped tensor subclasses (torchao's quantized weights): its graph sees the inner
-    tensors (int8 data, scales), and those are what can be frozen."""
-
-
-def _flattened_static(example_inputs: Sequence[Any], static: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
-    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
-
-    if not any(is_traceable_wrapper_subclass(t) for t in example_inputs):
-        return static
-    flat: _FlatStatic = _FlatStatic()
-    position = 0
-
-    def walk(t: Any, is_static: bool) -> None:
-        nonlocal position
-        if is_traceable_wrapper_subclass(t):
-            attrs, _ = t.__tensor_flatten__()
-            for a in attrs:
-                walk(getattr(t, a), is_static)
-            return
-        if is_static:
-            flat[position] = t
-        position += 1
-
-    for i, t in enumerate(example_inputs):
-        walk(t, i in static)
-    return flat
-
-
-def _mutated(placeholder: torch.fx.Node) -> bool:
-    return any(
-        u.op == "call_function" and u.target is torch.ops.aten.copy_.default and u.args[0] is placeholder
-        for u in placeholder.users
-    )
-
-
-def _frozen_inputs(gm: torch.fx.GraphModule, static: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
-    """Parameters and buffers of an inference graph that can become OpenVINO constants.
-
-    AOTAutograd's ``static_input_indices`` name them; they line up with Dynamo's inputs when
-    the counts agree. Inputs the graph mutates are never frozen.
-    """
-    meta = aot_metadata()
-    placeholders = list(gm.graph.find_nodes(op="placeholder"))
-    if meta is None or not static:
-        return {}
-    frozen = {}
-    if isinstance(static, _FlatStatic):  # positions of unwrapped subclass tensors: checked on the graph
-        candidates = [i for i in static if i < len(placeholders) and not _mutated(placeholders[i])]
-    else:
-        candidates = [
-            i for i in meta.static_input_indices if i < len(placeholders) and not meta.input_info[i].mutates_data
-        ]
-    for i in candidates:
-        if i not in static:
-            continue
-        val = placeholders[i].meta.get("val")
-        real = static[i]
-        if not isinstance(val, torch.Tensor) or tuple(val.shape) != tuple(real.shape) or val.dtype != real.dtype:
-            continue
-        frozen[i] = real
-    return frozen
-
-
-def _freeze(gm: torch.fx.GraphModule, frozen: dict[int, torch.Tensor]) -> None:
-    """Replace frozen placeholders by get_attr nodes holding the real tensors."""
-    placeholders_to_attrs(gm, frozen, "_fxvino_frozen_")
-
-
-# Folded results are copies we keep: only small ones are worth it (masks, position ids).
-# Large constant ops (weight transposes, casts) are left to OpenVINO, which folds those itself.
-FOLD_MAX_BYTES = 1 << 20
-
-
-def fold_constants(gm: torch.fx.GraphModule) -> int:
-    """Evaluate, once, the small ops whose inputs are all frozen constants; returns how many.
-
-    Frozen weights make parts of a graph constant (position ids sliced from a buffer, masks
-    built from ``arange``). OpenVINO's CPU plugin does not fold every such op (GatherND,
-    GatherElements), so they would be recomputed on every call. Views of constants are not
-    replaced (they cost nothing in OpenVINO, and a folded view would be a copy) but the ops
-    reading them fold; random and mutating ops never do.
-    """
-    values: dict[torch.fx.Node, torch.Tensor] = {}
-    for n in gm.graph.find_nodes(op="get_attr"):
-        v = fetch_attr(gm, n.target)
-        if isinstance(v, torch.Tensor):
-            values[n] = v
-    folded = 0
-    for node in list(gm.graph.nodes):
-        if node.op != "call_function" or not _foldable(node, values):
-            continue
-        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: values.get(a, _shape_only(a)))
-        try:
-            result = node.target(*args, **kwargs)
-        except Exception:  # noqa: BLE001 - leave it to the lowering, which reports properly
-            continue
-        if not isinstance(result, torch.Tensor):
-            continue
-        if node.target.is_view:  # known, but kept as an op: consumers may fold through it
-            values[node] = result
-            continue
-        if result.nbytes > FOLD_MAX_BYTES:
-            continue
-        name = f"_fxvino_folded_{folded}"
-        gm.register_buffer(name, result.detach().contiguous(), persistent=False)
-        with gm.graph.inserting_before(node):
-            attr = gm.graph.get_attr(name)
-        attr.meta = dict(node.meta)
-        node.replace_all_uses_with(attr)
-        gm.graph.erase_node(node)
-        values[attr] = getattr(gm, name)
-        folded += 1
-    if folded:
-        gm.graph.eliminate_dead_code()
-        gm.recompile()
-    return folded
-
-
-def _foldable(node: torch.fx.Node, values: dict[torch.fx.Node, torch.Tensor]) -> bool:
-    target = node.target
-    if not isinstance(target, torch._ops.OpOverload):
-        return False
-    if target._schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags:
-        return False
-    if str(target) in KEEP_UNFOLDED_OPS or node.meta.get(KEEP_UNFOLDED):
-        return False
-    if not isinstance(node.meta.get("val"), torch.Tensor):
-        return False
-    if any(u.op == "output" for u in node.users):  # a graph output must be a fresh tensor per call
-        return False
-    inputs = node.all_input_nodes
-    if target in SHAPE_ONLY_OPS and inputs and _shape_only(node.args[0]) is not None:
-        inputs = inputs[1:]  # reads only the (static) shape and dtype of its first argument
-    return all(a in values for a in inputs)
-
-
-# A dequantize of a constant int8 weight stays an op: OpenVINO keeps Convert(int8 constant) ->
-# Subtract -> Multiply in int8 (a quarter of the memory, int8 kernels); folded, it is a float weight.
-KEEP_UNFOLDED_OPS = frozenset(
-    {"quantized_decomposed.dequantize_per_channel.default", "quantized_decomposed.dequantize_per_tensor.default"}
-)
-
-
-# Ops whose result depends on their first argument's shape and dtype, not on its values: with
-# a static shape, ``ones_like(input_ids)`` (transformers' default attention mask) is a constant.
-SHAPE_ONLY_OPS = frozenset({aten.full_like.default, aten.ones_like.default, aten.zeros_like.default})
-
-
-def _shape_only(a: torch.fx.Node) -> torch.Tensor | None:
-    """A stand-in with ``a``'s static shape and dtype, for :data:`SHAPE_ONLY_OPS`."""
-    val = a.meta.get("val")
-    if not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in val.shape):
-        return None
-    return torch.empty(tuple(val.shape), dtype=val.dtype)

@@ -1,4 +1,8 @@
-"""fxvino's own decompositions: fused PyTorch kernels without one in PyTorch's tables.
+"""The decomposition table AOTAutograd applies, and fxvino's own decompositions.
+
+The table is Core ATen's, less the ops OpenVINO has fused kernels for (lowered whole), plus
+fxvino's own decompositions of fused PyTorch kernels that have none in PyTorch's tables, plus
+the user's ``decompositions`` option.
 
 ``nn.TransformerEncoderLayer`` in eval mode under ``no_grad`` takes a fast path, a single
 ``aten._transformer_encoder_layer_fwd`` kernel that PyTorch does not decompose, so it ran in
@@ -8,10 +12,14 @@ traces into ops fxvino lowers, and the attention meets OpenVINO's fused SDPA aga
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from torch._decomp import _core_aten_decompositions_post_autograd, get_decompositions
+
+from fxvino.options import Options
 
 aten = torch.ops.aten
 
@@ -72,3 +80,69 @@ def _encoder_layer_fwd(
 DECOMPOSITIONS: dict[torch._ops.OpOverload, Callable] = {
     aten._transformer_encoder_layer_fwd.default: _encoder_layer_fwd,
 }
+
+# Ops OpenVINO has fused kernels for: lowered directly instead of decomposed.
+KEEP_UNDECOMPOSED = frozenset(
+    {
+        aten._scaled_dot_product_flash_attention_for_cpu.default,
+        aten.silu.default,
+        aten.hardswish.default,
+        aten.hardsigmoid.default,
+        aten.mish.default,
+        aten.softplus.default,
+        aten.elu.default,
+        aten.leaky_relu.default,
+        aten.hardtanh.default,
+        aten.log_softmax.int,
+        aten._log_softmax.default,
+        aten.native_group_norm.default,
+        # Pads, col2im and these backward ops have exact lowerings; the decomposed reflect pad
+        # also hits an OpenVINO CPU bug (Abs of an i64 Range).
+        aten.reflection_pad1d.default,
+        aten.reflection_pad2d.default,
+        aten.reflection_pad3d.default,
+        aten.replication_pad1d.default,
+        aten.replication_pad2d.default,
+        aten.replication_pad3d.default,
+        aten.col2im.default,
+        aten.native_layer_norm_backward.default,
+        aten.native_group_norm_backward.default,
+        aten.embedding_dense_backward.default,
+    }
+)
+# upsample_* are not listed: torch runs Python kernels for them while AOTAutograd traces, before
+# this table is consulted, so they arrive decomposed (and lower fine that way).
+
+
+def decomposition_table(options: Options) -> dict[torch._ops.OpOverload, Callable]:
+    """The decompositions AOTAutograd applies: Core ATen's, less what we lower whole, plus the user's.
+
+    Built once per distinct ``decompositions`` option; each caller gets its own copy of the dict.
+    """
+    return dict(_decomposition_table(options.decompositions))
+
+
+# Non-composite ops that torch.export's Core ATen table decomposes beyond the post-autograd one.
+_EXPORT_EXTRAS = (
+    aten.upsample_nearest1d.default,
+    aten.upsample_nearest2d.default,
+    aten.upsample_nearest3d.default,
+    aten._upsample_nearest_exact1d.default,
+    aten._upsample_nearest_exact2d.default,
+    aten._upsample_nearest_exact3d.default,
+)
+
+
+@functools.lru_cache(maxsize=8)
+def _decomposition_table(extra: tuple[torch._ops.OpOverload, ...]) -> dict[torch._ops.OpOverload, Callable]:
+    """``core_aten_decompositions()`` without its ~500 CompositeImplicitAutograd entries.
+
+    Those entries (which cost 0.1-0.35 s to materialise, on every cold start) only map a
+    composite op to its own ``decompose()``, which AOTAutograd's tracer does anyway.
+    """
+    table = _core_aten_decompositions_post_autograd()
+    table.update(get_decompositions(list(_EXPORT_EXTRAS)))
+    table = {k: v for k, v in table.items() if k not in KEEP_UNDECOMPOSED}
+    table.update(DECOMPOSITIONS)
+    table.update(get_decompositions(list(extra)))
+    return table

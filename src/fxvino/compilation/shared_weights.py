@@ -56,7 +56,7 @@ from torch.fx.experimental.symbolic_shapes import optimization_hint
 from fxvino.devices import core
 from fxvino.lowering import helpers as h
 from fxvino.lowering.convert import InputSpec, LoweredGraph, OutputSpec
-from fxvino.runtime import CompiledPartition, Piece
+from fxvino.runtime.compiled_partition import CompiledPartition, Piece
 
 logger = logging.getLogger("fxvino")
 aten = torch.ops.aten

@@ -35,4 +35,4 @@ FAMILIES = (
 @functools.cache
 def ensure_registered() -> None:
     for name in FAMILIES:
-        importlib.import_module(f"fxvino.lowering.{name}")
+        importlib.import_module(f"fxvino.lowering.ops.{name}")

@@ -19,16 +19,15 @@ import openvino.opset16 as ops
 import torch
 import torch.fx
 
-from fxvino.graph_edit import fetch_attr
 from fxvino.lowering import helpers as h
 from fxvino.lowering import views
-from fxvino.lowering.plugin_config import plugin_config
-from fxvino.lowering.random import share_stream_keys
+from fxvino.lowering.ops.random import share_stream_keys
 from fxvino.lowering.registry import entry_for, op_name
 from fxvino.lowering.rounding import round_like_torch
 from fxvino.lowering.scalar_broadcasts import keep_scalar_broadcasts_small
-from fxvino.lowering.types import ov_type, real_dtype, to_numpy
 from fxvino.quantization.compressed import four_bit
+from fxvino.utils.dtypes import ov_type, real_dtype, to_numpy
+from fxvino.utils.fx import fetch_attr
 
 
 class LoweringError(RuntimeError):
@@ -46,7 +45,7 @@ class InputSpec:
     """One runtime input of the OpenVINO model: a tensor, a symbolic int fed as i64, a seed, or a
     value fixed for the model's life."""
 
-    kind: str  # "tensor" | "complex" | "symint" | "symfloat" | "seed" (random bits per call, lowering/random.py)
+    kind: str  # "tensor" | "complex" | "symint" | "symfloat" | "seed" (random bits per call, lowering/ops/random.py)
     # | "fixed" (``value``, an ov.Tensor bound once per request: shared_weights.py)
     position: int  # index into the partition's runtime arguments (-1 for "seed" and "fixed")
     value: Any = dataclasses.field(default=None, compare=False, repr=False)
@@ -76,7 +75,8 @@ class LoweredGraph:
     outputs: list[OutputSpec]
     runtime_positions: list[int]  # placeholder positions still passed at run time
     op_counts: collections.Counter
-    # Plugin properties this graph compiles better with (under the user's ``config``).
+    # Plugin properties this graph compiles better with (under the user's ``config``), read off
+    # ``model`` by ``compilation.plugin_config`` once it is lowered.
     plugin_config: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -199,7 +199,7 @@ def lower_graph(
     model = ov.Model(results, params, name)
     keep_scalar_broadcasts_small(model)
     round_like_torch(model, widened)
-    return LoweredGraph(model, inputs, outputs, runtime_positions, counts, plugin_config(model))
+    return LoweredGraph(model, inputs, outputs, runtime_positions, counts)
 
 
 def _constant(t: torch.Tensor) -> ov.Output:

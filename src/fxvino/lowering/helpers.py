@@ -18,7 +18,7 @@ import openvino.opset16 as ops
 import torch
 import torch.fx
 
-from fxvino.lowering.types import ov_type, torch_dtype
+from fxvino.utils.dtypes import ov_type, torch_dtype
 
 Value = Any  # ov.Output | int | float | bool | None | list
 

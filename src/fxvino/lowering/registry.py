@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from fxvino.lowering.types import is_supported_dtype
+from fxvino.utils.dtypes import is_supported_dtype
 
 Validator = Callable[[torch.fx.Node], str | None]
 Lowering = Callable[..., Any]
@@ -30,7 +30,7 @@ class Entry:
 
 # Filled at import time by the family modules' decorators and never mutated afterwards.
 REGISTRY: dict[Any, Entry] = {}
-# Lowerings for nodes that touch complex tensors (carried as a trailing dim of 2, lowering/fft.py).
+# Lowerings for nodes that touch complex tensors (carried as a trailing dim of 2, lowering/ops/fft.py).
 # A node with a complex input or output uses this entry, never its real one.
 COMPLEX: dict[Any, Entry] = {}
 # Lowerings of other libraries' custom ops, by op name (lowers_named).
@@ -105,7 +105,7 @@ def declines(*targets: Any, reason: str) -> None:
     def refuse(ctx: Any, node: torch.fx.Node, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(reason)
 
-    refuse.__module__ = "fxvino.lowering.declined"
+    refuse.__module__ = "fxvino.lowering.ops.declined"
     lowers(*targets, validator=lambda node: reason)(refuse)
 
 

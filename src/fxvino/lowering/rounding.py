@@ -24,7 +24,7 @@ import openvino.opset16 as ops
 import torch
 
 from fxvino.lowering import helpers as h
-from fxvino.lowering.types import ov_type
+from fxvino.utils.dtypes import ov_type
 
 # Veltkamp's splitter 2**(24 - s) + 1 leaves the high half of an f32 as the f32 rounded to
 # nearest (ties to even, checked over whole binades against torch) at s significant bits.

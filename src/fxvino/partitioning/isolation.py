@@ -49,7 +49,7 @@ def device_compiles(options: Options) -> bool:
 def device_infers(options: Options) -> bool:
     """Whether the device runs a one-op model through fxvino's runtime at all."""
     from fxvino.lowering.convert import InputSpec, OutputSpec
-    from fxvino.runtime import CompiledPartition
+    from fxvino.runtime.compiled_partition import CompiledPartition
 
     x = ops.parameter(ov.PartialShape([2]), ov.Type.f32, name="x")
     model = ov.Model([ops.result(ops.relu(x))], [x], "fxvino_canary")
@@ -64,7 +64,7 @@ def device_infers(options: Options) -> bool:
 
 def infer_probe(options: Options, constants: Mapping[int, torch.Tensor], full_args: list[Any]) -> Probe:
     """A probe that lowers, compiles and runs a prefix graph on the call's real arguments."""
-    from fxvino.runtime import CompiledPartition
+    from fxvino.runtime.compiled_partition import CompiledPartition
 
     def probe(prefix: torch.fx.GraphModule) -> None:
         lowered = lower_graph(prefix, constants, "fxvino_bisect", widened_types(options.device))

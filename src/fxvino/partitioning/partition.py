@@ -23,17 +23,21 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
-from fxvino import cache, isolation, shared_weights, training, weight_pages
+from fxvino.cache import store as cache
+from fxvino.compilation import plugin_config, shared_weights
 from fxvino.devices import core, widened_types
-from fxvino.graph_edit import placeholders_to_attrs
-from fxvino.lowering import ensure_registered, plugin_config
-from fxvino.lowering.convert import LoweringError, fetch_attr, lower_graph
+from fxvino.lowering import ensure_registered
+from fxvino.lowering.convert import LoweringError, lower_graph
 from fxvino.lowering.registry import decline_reason, op_name
 from fxvino.lowering.views import view_chain
 from fxvino.options import Options
+from fxvino.partitioning import isolation
 from fxvino.quantization.compressed import dynamic_quantization_note
 from fxvino.report import Fallback, GraphReport, PartitionReport
-from fxvino.runtime import CompiledPartition
+from fxvino.runtime import weight_pages
+from fxvino.runtime.compiled_partition import CompiledPartition
+from fxvino.training import aot as training
+from fxvino.utils.fx import fetch_attr, graph_forward, placeholders_to_attrs
 
 logger = logging.getLogger("fxvino")
 
@@ -232,7 +236,7 @@ def _compile_partition(
     try:
         with unset_fake_temporarily():  # constants are real tensors; AOTAutograd runs us in fake mode
             t0 = time.perf_counter()
-            if options.model_caching:  # a hit skips lowering and compiling (cache.py)
+            if options.model_caching:  # a hit skips lowering and compiling (cache/store.py)
                 key, hit = cache.lookup(options, sub, constants)
             if hit is not None:
                 lowered, compiled = hit, hit.compiled
@@ -244,6 +248,7 @@ def _compile_partition(
                     if e.node is None or e.node.op != "call_function":
                         raise
                     raise _Blamed(e.node, f"lowering failed: {e.reason}") from e
+                lowered.plugin_config = plugin_config.plugin_config(lowered.model)
                 if report.kind in ("forward", "backward"):
                     training.prepare(lowered, report.kind)
                 t1 = time.perf_counter()
@@ -269,7 +274,7 @@ def _compile_partition(
                         raise blamed from e
                     if key is not None:
                         cache.store(options, key, compiled, lowered, name)
-                    if report.kind == "backward":  # compiled with its forward (training.py)
+                    if report.kind == "backward":  # compiled with its forward (training/aot.py)
                         preport.primed = training.prime(compiled, lowered.model)
             t2 = time.perf_counter()
     except _Blamed as b:
@@ -346,7 +351,7 @@ def _isolate(
     reasons[blamed.node] = blamed.reason
     inner = _split_and_compile(sub, reasons, job, name)
     runtime_args = [a for i, a in enumerate(node.args) if i not in constants]
-    _install(parent, node, _graph_forward(inner), single, runtime_args)
+    _install(parent, node, graph_forward(inner), single, runtime_args)
 
 
 def _to_fallback(parent, node, sub, single: bool, job: _Job, preport: PartitionReport, why: str) -> None:
@@ -359,12 +364,6 @@ def _to_fallback(parent, node, sub, single: bool, job: _Job, preport: PartitionR
         why = f"{why}; {inductor_why}"
     job.report.fallback(Fallback(preport.name, f"partition of {preport.num_nodes} nodes", why, ran_on))
     _install(parent, node, runner, single, list(node.args))
-
-
-def _graph_forward(gm: torch.fx.GraphModule) -> Callable:
-    if isinstance(gm, _LazyGraphModule):
-        gm.real_recompile()
-    return gm.forward
 
 
 class _GuardedPartition:
@@ -442,7 +441,7 @@ class _GuardedPartition:
                 n: decline_reason(n, job.options.disabled_ops) for n in self.sub.graph.nodes if n.op == "call_function"
             }
             reasons[culprit] = reason
-            return _graph_forward(_split_and_compile(self.sub, reasons, job, self.name))
+            return graph_forward(_split_and_compile(self.sub, reasons, job, self.name))
         except Exception:  # noqa: BLE001 - isolation is an improvement, never a new failure
             logger.warning("fxvino: could not isolate the failure of %s; it keeps running eagerly", self.name)
             return None

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 import torch.fx
 
-from fxvino.graph_edit import aot_metadata
+from fxvino.utils.fx import aot_metadata
 
 aten = torch.ops.aten
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from fxvino.graph_edit import KEEP_UNFOLDED, fetch_attr
+from fxvino.utils.fx import KEEP_UNFOLDED, fetch_attr
 
 aten = torch.ops.aten
 

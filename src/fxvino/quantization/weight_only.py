@@ -15,7 +15,7 @@ import contextlib
 import torch
 from torch._guards import detect_fake_mode
 
-from fxvino.graph_edit import KEEP_UNFOLDED
+from fxvino.utils.fx import KEEP_UNFOLDED
 
 aten = torch.ops.aten
 

@@ -27,9 +27,9 @@ from typing import Any, NamedTuple
 import openvino as ov
 import torch
 
-from fxvino import heap
 from fxvino.lowering.convert import InputSpec, OutputSpec
-from fxvino.lowering.types import OV_TO_TORCH, to_ov_tensor
+from fxvino.runtime import heap_trim as heap
+from fxvino.utils.dtypes import OV_TO_TORCH, to_ov_tensor
 
 # Inputs up to this size are copied into the request's own buffer rather than bound.
 COPY_IN_BYTES = 64 * 1024
@@ -48,7 +48,7 @@ _NO_INPUTS: dict = {}
 
 def draw_seed() -> torch.Tensor:
     """Two random i32 from torch's default generator: graphs drawing random numbers get a fresh
-    seed per call, so ``torch.manual_seed`` makes them reproducible (lowering/random.py)."""
+    seed per call, so ``torch.manual_seed`` makes them reproducible (lowering/ops/random.py)."""
     return torch.randint(-(2**31), 2**31 - 1, (2,), dtype=torch.int32)
 
 
@@ -214,7 +214,7 @@ class _Binding:
             if static_bytes(port) <= COPY_IN_BYTES:
                 self.copy_in.append((i, OV_TO_TORCH[port.get_element_type()]))
         # The plugin's own buffers for the static inputs fxvino binds are freed at the first call:
-        # the heap is trimmed after it when they are large (heap.py).
+        # the heap is trimmed after it when they are large (runtime/heap_trim.py).
         copied_in = {i for i, _ in self.copy_in}
         bound = sum(static_bytes(port) for i, port in enumerate(compiled.inputs) if i not in copied_in)
         self.trim_pending = bound >= heap.TRIM_BYTES

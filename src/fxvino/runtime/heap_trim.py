@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ctypes
 
-from fxvino import libc
+from fxvino.utils import libc
 
 # Bound static inputs, in bytes, from which a compiled model's first call trims the heap.
 TRIM_BYTES = 64 << 20

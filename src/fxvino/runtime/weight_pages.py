@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fxvino import libc
+from fxvino.utils import libc
 
 log = logging.getLogger(__name__)
 

@@ -181,7 +181,7 @@ def call(model: Callable[..., Any], inputs: Inputs) -> Any:
 
 
 def _cache_stats(options: Mapping[str, Any]) -> dict[str, float]:
-    from fxvino.cache import cache_for
+    from fxvino.cache.store import cache_for
 
     stats = cache_for(Options.parse(options).cache_dir).stats
     return {"hits": stats.hits, "misses": stats.misses, "stores": stats.stores}

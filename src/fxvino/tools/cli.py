@@ -46,7 +46,7 @@ def _ops_markdown(args: argparse.Namespace) -> int:
     """docs/ops.md: one row per op from the registry and the last conformance run's summary."""
     from pathlib import Path
 
-    from fxvino import coverage
+    from fxvino.tools import op_coverage as coverage
 
     summary = Path(args.conformance) if args.conformance else coverage.DEFAULT_SUMMARY
     if not summary.exists():
@@ -60,7 +60,7 @@ def _ops_markdown(args: argparse.Namespace) -> int:
 
 def _explain(args: argparse.Namespace) -> int:
     import fxvino
-    from fxvino import zoo
+    from fxvino.tools import zoo
 
     model, inputs = zoo.build(args.model)
     options = {"precision": args.precision}
@@ -69,7 +69,8 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _graph(args: argparse.Namespace) -> int:
-    from fxvino import graph_quality, zoo
+    from fxvino.tools import exec_graph as graph_quality
+    from fxvino.tools import zoo
 
     kwargs: dict[str, object] = {}
     if args.layers is not None:
@@ -97,8 +98,9 @@ def _cache(args: argparse.Namespace) -> int:
     import datetime as dt
     from pathlib import Path
 
-    from fxvino.cache import ASIDE_STRIKES, ModelCache, format_size
+    from fxvino.cache.store import ASIDE_STRIKES, ModelCache
     from fxvino.options import default_cache_dir
+    from fxvino.utils.sizes import format_size
 
     root = Path(args.dir).expanduser() if args.dir else default_cache_dir()
     cache = ModelCache(root)
@@ -128,7 +130,7 @@ def _cache(args: argparse.Namespace) -> int:
 
 
 def _strikes(record: dict) -> int:
-    from fxvino.cache import ASIDE_STRIKES
+    from fxvino.cache.store import ASIDE_STRIKES
 
     try:
         return int(record["strikes"])
@@ -144,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--markdown", metavar="PATH", help="write the per-op coverage table (docs/ops.md) instead")
     p.add_argument("--conformance", metavar="JSON", help="conformance summary to read (default: docs/conformance.json)")
     p.set_defaults(fn=_ops)
-    from fxvino.zoo import MODELS
+    from fxvino.tools.zoo import MODELS
 
     p = sub.add_parser("explain", help="compile a reference model and report what ran where")
     p.add_argument("model", choices=sorted(MODELS))
@@ -164,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", default=None, help="cache directory (default: the per-user one, as cache_dir)")
     p.set_defaults(fn=_cache)
     p = sub.add_parser("demo", help="the README demo: BERT-base, eager vs fxvino")
-    p.set_defaults(fn=lambda a: __import__("fxvino.demo", fromlist=["main"]).main([]))
+    p.set_defaults(fn=lambda a: __import__("fxvino.tools.demo", fromlist=["main"]).main([]))
     args = parser.parse_args(argv)
     return args.fn(args)
 

@@ -1,4 +1,4 @@
-"""``python -m fxvino.demo``: compile BERT-base with fxvino and compare it with eager PyTorch.
+"""``python -m fxvino.tools.demo``: compile BERT-base with fxvino and compare it with eager PyTorch.
 
 Prints progress while it works, then a small table: median latency of eager and fxvino, the
 largest absolute difference of their outputs, and what ran on OpenVINO.
@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 
 import fxvino
-from fxvino import zoo
+from fxvino.tools import zoo
 
 
 def _median_ms(fn: Callable[[], object], seconds: float, min_calls: int = 10) -> float:

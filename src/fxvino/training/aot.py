@@ -19,7 +19,7 @@ feeds a product and OpenVINO folds it into the product's operand order.
 The backward is compiled with the forward, not at the first ``backward()`` (AOTAutograd's
 default), and run once on zeros there (:func:`prime`). The CPU plugin allocates a buffer for every
 static input when it compiles a model and frees it only at the first inference that binds the
-caller's tensors instead (heap.py): compiled lazily, a backward's buffers (BERT-base: 1.1 GB, the
+caller's tensors instead (runtime/heap_trim.py): compiled lazily, a backward's buffers (BERT-base: 1.1 GB, the
 size of everything it reads) were held beside the first step's activations, which made that step
 the run's peak (ResNet-50: 3.55 GB, against 2.9-3.0 GB in every later step).
 
@@ -43,11 +43,12 @@ import openvino.opset16 as ops
 import torch
 import torch.fx
 
-from fxvino import channels_last, heap
 from fxvino.lowering import helpers as h
 from fxvino.lowering.convert import LoweredGraph
-from fxvino.runtime import LEND_BYTES, static_bytes
-from fxvino.saved_values import SavedValues
+from fxvino.runtime import heap_trim as heap
+from fxvino.runtime.compiled_partition import LEND_BYTES, static_bytes
+from fxvino.training import channels_last
+from fxvino.training.saved_values import SavedValues
 
 logger = logging.getLogger("fxvino")
 

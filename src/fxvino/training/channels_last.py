@@ -32,7 +32,7 @@ import torch.fx
 from openvino.utils.node_factory import NodeFactory
 
 from fxvino.lowering import helpers as h
-from fxvino.saved_values import SavedValues
+from fxvino.training.saved_values import SavedValues
 
 aten = torch.ops.aten
 

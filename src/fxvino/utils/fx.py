@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 import torch.fx
+from torch.fx._lazy_graph_module import _LazyGraphModule
 
-# Node meta key: constant folding (``capture.fold_constants``) leaves a node carrying it alone.
+# Node meta key: constant folding (``passes.freezing.fold_constants``) leaves a node carrying it alone.
 KEEP_UNFOLDED = "fxvino_keep_unfolded"
 
 
@@ -77,3 +78,11 @@ def contiguous_group_norm_inputs(gm: torch.fx.GraphModule) -> int:
     if count:
         gm.recompile()
     return count
+
+
+def graph_forward(gm: torch.fx.GraphModule) -> Callable:
+    """The generated code itself, without nn.Module's call machinery (a lazy module's code is
+    generated now, once, rather than checked for on every call)."""
+    if isinstance(gm, _LazyGraphModule):
+        gm.real_recompile()
+    return gm.forward

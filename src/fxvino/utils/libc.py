@@ -1,6 +1,6 @@
 """The C library's functions that fxvino calls directly (Linux only): ``madvise`` to release a
 weight's file-mapped pages (weight_pages.py) and ``malloc_trim`` to return the plugin's freed
-buffers to the kernel (heap.py). Neither has a Python binding."""
+buffers to the kernel (runtime/heap_trim.py). Neither has a Python binding."""
 
 from __future__ import annotations
 

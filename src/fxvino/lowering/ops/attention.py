@@ -26,8 +26,8 @@ import openvino.opset16 as ops
 import torch
 
 from fxvino.lowering import helpers as h
+from fxvino.lowering.ops.shape_ops import INT64_MAX
 from fxvino.lowering.registry import lowers
-from fxvino.lowering.shape_ops import INT64_MAX
 
 aten = torch.ops.aten
 

@@ -7,8 +7,8 @@ import math
 import openvino.opset16 as ops
 import torch
 
-from fxvino.lowering import float_mod
 from fxvino.lowering import helpers as h
+from fxvino.lowering.ops import float_mod
 from fxvino.lowering.registry import lowers
 
 aten = torch.ops.aten

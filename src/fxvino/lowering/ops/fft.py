@@ -3,7 +3,7 @@
 OpenVINO has no complex element type; its DFT, IDFT, RDFT and IRDFT carry complex values as
 a trailing dimension of 2 (real, imaginary). fxvino does the same for every complex tensor: a
 complex64 graph input arrives as ``view_as_real`` of itself, a complex output leaves through
-``view_as_complex`` (runtime.py), and the nodes between use the complex lowerings registered
+``view_as_complex`` (runtime/compiled_partition.py), and the nodes between use the complex lowerings registered
 here (``registry.COMPLEX``), which know the extra dimension. A node that touches a complex tensor
 and has no complex lowering stays in PyTorch with that reason.
 

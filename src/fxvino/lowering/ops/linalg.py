@@ -12,7 +12,7 @@ import torch
 
 from fxvino.lowering import helpers as h
 from fxvino.lowering.registry import lowers
-from fxvino.lowering.types import ov_type
+from fxvino.utils.dtypes import ov_type
 
 aten = torch.ops.aten
 
