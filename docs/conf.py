@@ -15,8 +15,10 @@ from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
-# Document the work tree's own package, as the tests do (pyproject's pythonpath = src).
-sys.path.insert(0, str(ROOT / "src"))
+# Document the work tree's own package, as the tests do (pyproject's pythonpath = src), unless
+# PYTHONPATH names one explicitly (it then stays first).
+_given = [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path in sys.path]
+sys.path.insert(max((sys.path.index(path) + 1 for path in _given), default=0), str(ROOT / "src"))
 
 project = "fxvino"
 author = "the fxvino authors"
