@@ -19,7 +19,6 @@ from pathlib import Path
 from sybil import Sybil
 from sybil.parsers.myst import PythonCodeBlockParser, SkipParser
 
-
 REPO = str(Path(__file__).resolve().parents[1])
 
 
@@ -48,4 +47,3 @@ pytest_collect_file = Sybil(
     teardown=_teardown,
     fixtures=["tmp_path"],
 ).pytest()
-
