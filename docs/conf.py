@@ -2,15 +2,17 @@
 
 The pages are Markdown that GitHub also renders, so links between them are relative ``.md``
 paths. Links to files of the repository outside ``docs/`` (benchmark results, examples, tests)
-go to the file on disk in a local build; ``repo_file_links`` below turns them into plain links
-instead of cross-references that Sphinx could not resolve.
+become downloads of those files in the site (``repo_file_links`` below), not cross-references
+that Sphinx could not resolve.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
+import warnings
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent
@@ -45,9 +47,12 @@ html_theme = "alabaster"
 html_title = "fxvino"
 html_static_path: list[str] = []
 
-# Cheap and quiet: a build must not touch OpenVINO devices or compile anything. Importing fxvino
-# imports torch and openvino (a few seconds), nothing more.
-os.environ.setdefault("FXVINO_NATIVE", "0")
+# Quiet: autodoc imports fxvino (torch and openvino, a few seconds) and compiles nothing. The
+# TorchServe handlers' autodoc
+# imports TorchServe's base handler, which logs the optional accelerators it lacks and imports
+# the OpenVINO wheel's torch backend (a torch deprecation warning): neither is about fxvino.
+logging.getLogger("ts.torch_handler.base_handler").setLevel(logging.ERROR)
+warnings.filterwarnings("ignore", message=".*inline_inbuilt_nn_modules", category=FutureWarning)
 
 
 # ----------------------------------------------------------------------------- repository links
