@@ -10,9 +10,9 @@ was biased toward zero on 1,035 of 4,096 random values on a Zen 3.
 :func:`round_like_torch` rounds, by f32 arithmetic that no Convert elimination can drop, every
 value that leaves 16-bit arithmetic where a user can see it: graph outputs, and casts to and
 from the 16-bit type (``.to``, ``type_as``, autocast boundaries). Arithmetic between those
-points stays in f32 on such devices (more precise than eager; ``docs/architecture.md``,
-"Guarantees"). Values known to be exact (inputs, constants, rounded casts and what only moves
-them) are not rounded again.
+points stays in f32 on such devices (more precise than eager; ``docs/user-guide/guarantees.md``).
+Values known to be exact (inputs, constants, rounded casts and what only moves them) are not
+rounded again.
 """
 
 from __future__ import annotations
@@ -91,10 +91,18 @@ def round_like_torch(model: ov.Model, widened: Collection[torch.dtype]) -> None:
     if not types:
         return
     exact: set[ov.Node] = set()
+    constant: dict[ov.Node, bool] = {}  # computed from constants alone (in execution order)
     for node in model.get_ordered_ops():
         kind = node.get_type_name()
+        inputs = [node.input_value(i).get_node() for i in range(node.get_input_size())]
+        constant[node] = kind == "Constant" or (bool(inputs) and all(constant.get(n, False) for n in inputs))
         if kind == "Convert":
             source = node.input_value(0)
+            # Weights decompressed from integers (NNCF, torchao: Convert(i8) -> Subtract -> Multiply,
+            # in f16) are left whole: the plugin keeps them compressed inside its products only in
+            # that shape, computing them in f32 (within f16's rounding of eager's; tested).
+            if constant[source.get_node()]:
+                continue
             if source.get_element_type() in types:  # leaving 16-bit arithmetic
                 rounded = _rounded_16bit(source, types[source.get_element_type()], exact)
                 if rounded is not None:
