@@ -7,7 +7,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-avx2 qemu lint venv clean venv-optimum bench-generate bench-quantization java test-serving bench-serving \
+.PHONY: demo test test-avx2 qemu docs lint venv clean venv-optimum bench-generate bench-quantization java test-serving bench-serving \
 	browser test-diffusion bench-diffusion
 
 $(STAMP): pyproject.toml
@@ -26,9 +26,17 @@ demo: $(STAMP)
 test: $(STAMP) java browser
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/python -m sphinx -W --keep-going -E -q -b html docs docs/_build/html
 	$(VENV)/bin/python -m pytest -q
 	@if [ "$$(uname -m)" = x86_64 ]; then $(MAKE) --no-print-directory test-avx2; \
 	else echo "test-avx2 skipped: QEMU's user mode runs this x86-64 venv only on an x86-64 host"; fi
+
+# The documentation site (Sphinx with MyST Markdown, docs/) into docs/_build/html. Warnings are
+# errors, so a broken link, cross-reference or docstring fails it; the user guide's Python blocks
+# run in `make test` (docs/conftest.py, Sybil).
+docs: $(STAMP)
+	$(VENV)/bin/python -m sphinx -W --keep-going -E -q -b html docs docs/_build/html
+	@echo "docs/_build/html/index.html"
 
 # The numerics tests (pytest -m numerics) as an AVX2-only CPU, whatever this machine is: QEMU's
 # user-mode emulation runs the Python process on a Haswell model, and OpenVINO's CPU plugin then
@@ -97,4 +105,4 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 clean:
-	rm -rf $(VENV) $(OPT_VENV) build src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(OPT_VENV) build docs/_build src/*.egg-info .pytest_cache .ruff_cache

@@ -1,4 +1,4 @@
-"""Text generation with transformers' own ``generate()`` on fxvino (the recipes in README "Text generation").
+"""Text generation with transformers' own ``generate()`` on fxvino (the recipes in docs/user-guide/generation.md).
 
 Every test compares with eager PyTorch's tokens for the same random weights, checks that every
 compiled graph ran fully on OpenVINO (no op in PyTorch, no fallback), and counts compiled graphs:

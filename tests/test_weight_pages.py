@@ -170,7 +170,8 @@ def _saved_and_loaded_llama(tmp_path):
     ],
 )
 def test_transformers_maps_a_checkpoint_loaded_in_its_stored_dtype(tmp_path, stored, loaded, mapped):
-    """README's premise: only a load in the stored dtype leaves PyTorch's weights file-mapped."""
+    """The premise of ``page_out_weights`` (docs/user-guide/options.md): only a load in the stored
+    dtype leaves PyTorch's weights file-mapped."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
@@ -216,7 +217,7 @@ def test_a_model_loaded_from_safetensors_keeps_its_weight_pages_out_of_memory(di
     if page_out:
         assert released > 2 * (hi - lo)  # every projection's pages, not only this one's
         # Gone once compiled. (At this size the plugin multiplies with the weights where they are,
-        # so its next call maps them again; a 1.1B Llama's stay out: README.)
+        # so its next call maps them again; a 1.1B Llama's stay out: docs/user-guide/options.md.)
         assert after_release and after_release[-1] < 0.05
         assert "kept out of resident memory" in str(report)
     else:

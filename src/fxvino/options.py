@@ -28,7 +28,7 @@ LEGACY_ENV = {
     "OPENVINO_TORCH_CACHE_DIR": "cache_dir",
 }
 
-# OpenVINO performance settings per torch.compile mode (documented in README "Modes").
+# OpenVINO performance settings per torch.compile mode (documented in docs/user-guide/modes.md).
 MODE_CONFIG: dict[str, dict[str, str]] = {
     "default": {"PERFORMANCE_HINT": "LATENCY"},
     "reduce-overhead": {"PERFORMANCE_HINT": "LATENCY", "ENABLE_CPU_PINNING": "YES"},

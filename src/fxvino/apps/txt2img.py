@@ -8,7 +8,7 @@ single-file checkpoint (``.safetensors``/``.ckpt``, loaded offline by
 :func:`fxvino.diffusion.load_single_file`; ``--config DIR`` names the diffusers config directory
 it needs when none is beside the file or in the Hugging Face cache). The pipeline is compiled once with
 :func:`fxvino.compile_pipeline`: size, batch, scheduler and LoRA changes do not recompile per
-request (see README "Diffusion"). Needs the ``app`` extra (gradio).
+request (see docs/user-guide/diffusion.md). Needs the ``app`` extra (gradio).
 """
 
 from __future__ import annotations

@@ -138,7 +138,8 @@ def _strikes(record: dict) -> int:
         return ASIDE_STRIKES  # as ModelCache.strikes: an unreadable mark stands
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``fxvino`` command's parser (the docs' CLI reference is generated from it)."""
     parser = argparse.ArgumentParser(prog="fxvino", description="fxvino: torch.compile graphs on OpenVINO")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("ops", help="list the lowered ops by family and the Core ATen coverage")
@@ -165,9 +166,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("action", choices=["info", "clear"])
     p.add_argument("--dir", default=None, help="cache directory (default: the per-user one, as cache_dir)")
     p.set_defaults(fn=_cache)
-    p = sub.add_parser("demo", help="the README demo: BERT-base, eager vs fxvino")
+    p = sub.add_parser("demo", help="the demo (make demo): BERT-base, eager vs fxvino")
     p.set_defaults(fn=lambda a: __import__("fxvino.tools.demo", fromlist=["main"]).main([]))
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     return args.fn(args)
 
 
