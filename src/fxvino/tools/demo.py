@@ -7,6 +7,7 @@ largest absolute difference of their outputs, and what ran on OpenVINO.
 from __future__ import annotations
 
 import argparse
+import logging
 import statistics
 import sys
 import time
@@ -32,6 +33,11 @@ def _hidden(out: object) -> torch.Tensor:
     return out.last_hidden_state if hasattr(out, "last_hidden_state") else out  # type: ignore[return-value]
 
 
+# Building a transformers model imports torchao, which logs that its CUDA kernels did not load and
+# registers enums that torch's pytree deprecates: nothing a newcomer running the demo must act on.
+_QUIET_LOGGERS = ("torchao", "torch.utils._pytree")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="bert", choices=sorted(zoo.MODELS))
@@ -43,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     def say(msg: str) -> None:
         print(f"[demo] {msg}", file=sys.stderr, flush=True)
 
+    for name in _QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
     say(f"building {args.model} from its config with random weights")
     model, inputs = zoo.build(args.model)
     say("compiling with fxvino (Dynamo + AOTAutograd + lowering + OpenVINO compile)")
