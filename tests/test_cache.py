@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import fxvino
+from fxvino.cache import entry, lookup
 from fxvino.cache import store as fxcache
 from fxvino.cache.store import ModelCache
 from fxvino.options import Options
@@ -206,7 +207,7 @@ def test_two_processes_writing_the_same_key_leave_a_valid_entry(tmp_path):
     assert [line for o in outs for line in o.splitlines() if line.startswith("STATS")]
     entries = _entries(cache_dir)
     assert len(entries) == 1, entries
-    assert not [p for p in cache_dir.iterdir() if p.name.startswith(fxcache.TMP_PREFIX)], "temporary files left"
+    assert not [p for p in cache_dir.iterdir() if p.name.startswith(entry.TMP_PREFIX)], "temporary files left"
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 512), torch.nn.ReLU(), torch.nn.Linear(512, 8)).eval()
     x = torch.randn(4, 16)
@@ -309,7 +310,7 @@ def test_default_cache_size_is_capped():
 def test_cli_cache_info_and_clear(tmp_path, capsys):
     model, x = _mlp(), torch.randn(4, 16)
     _run(model, x, tmp_path)
-    (tmp_path / (fxcache.TMP_PREFIX + "debris.fxvc")).write_bytes(b"x")
+    (tmp_path / (entry.TMP_PREFIX + "debris.fxvc")).write_bytes(b"x")
     assert cli_main(["cache", "info", "--dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert str(tmp_path) in out and "entries     1" in out
@@ -350,13 +351,13 @@ def _xattrs_work(directory: Path) -> bool:
 def _count_crc(monkeypatch) -> list[int]:
     """Count full crc32 passes over blobs (the metadata's small crc is zlib's, not counted)."""
     calls: list[int] = []
-    real = fxcache._crc32
+    real = entry.crc32
 
     def counting(buf, cancel=None):
         calls.append(len(memoryview(buf).cast("B")))
         return real(buf, cancel)
 
-    monkeypatch.setattr(fxcache, "_crc32", counting)
+    monkeypatch.setattr(entry, "crc32", counting)
     return calls
 
 
@@ -381,7 +382,7 @@ def test_an_unstamped_entry_is_checked_once_then_stamped(tmp_path, monkeypatch):
     cache = ModelCache(tmp_path)
     assert cache.store("k", _tiny_compiled(3.0), _SPECS, cap=None)
     cache.settle()
-    os.removexattr(cache.path("k"), fxcache._STAMP_ATTR)  # e.g. its writer exited before the fsync
+    os.removexattr(cache.path("k"), entry.STAMP_ATTR)  # e.g. its writer exited before the fsync
     calls = _count_crc(monkeypatch)
     assert cache.load("k", "CPU", {}) is not None and len(calls) == 1
     cache.settle()  # the reader stamps after its own fsync
@@ -418,7 +419,7 @@ def test_a_stamp_never_vouches_for_changed_bytes(tmp_path, caplog, monkeypatch, 
     cache = ModelCache(tmp_path)
     cache.store("k", _tiny_compiled(2.0), _SPECS, cap=None)
     cache.settle()
-    assert os.getxattr(cache.path("k"), fxcache._STAMP_ATTR), "the writer stamps its entry"
+    assert os.getxattr(cache.path("k"), entry.STAMP_ATTR), "the writer stamps its entry"
     damage(cache.path("k"))
     calls = _count_crc(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="fxvino"):
@@ -444,13 +445,13 @@ def test_entries_record_their_compile_time_and_hits_report_theirs(tmp_path):
     [(31.5, 9.8, True), (10.5, 9.8, False), (0.4, 0.01, False), (0.02, 0.5, False), (2.0, 1.0, True)],
 )
 def test_a_hit_is_slower_than_compiling_only_beyond_noise(hit, compiled, aside):
-    assert fxcache.slower_than_compiling(hit, compiled) is aside
+    assert lookup.slower_than_compiling(hit, compiled) is aside
 
 
 def test_a_graph_whose_hits_lose_to_compiling_twice_is_set_aside(tmp_path, monkeypatch, capsys, caplog):
     model, x = _mlp(), torch.randn(4, 16)
     _run(model, x, tmp_path)
-    monkeypatch.setattr(fxcache, "slower_than_compiling", lambda hit, compiled: True)
+    monkeypatch.setattr(lookup, "slower_than_compiling", lambda hit, compiled: True)
     _run(model, x, tmp_path)
     st = _stats(tmp_path)
     assert (st.hits, st.slow_hits, st.set_aside) == (1, 1, 0), "one slow hit is a strike, not a decision"
@@ -490,15 +491,15 @@ def test_a_hit_that_pays_off_clears_an_earlier_strike(tmp_path, monkeypatch):
     model, x = _mlp(), torch.randn(4, 16)
     _run(model, x, tmp_path)
     with monkeypatch.context() as m:
-        m.setattr(fxcache, "slower_than_compiling", lambda hit, compiled: True)
+        m.setattr(lookup, "slower_than_compiling", lambda hit, compiled: True)
         _run(model, x, tmp_path)  # e.g. the first hit after a reboot, reading the blob from disk
     assert len(list(tmp_path.glob("*" + fxcache.ASIDE_SUFFIX))) == 1
     with monkeypatch.context() as m:
-        m.setattr(fxcache, "slower_than_compiling", lambda hit, compiled: False)
+        m.setattr(lookup, "slower_than_compiling", lambda hit, compiled: False)
         _run(model, x, tmp_path)
     assert list(tmp_path.glob("*" + fxcache.ASIDE_SUFFIX)) == [], "strikes count only in a row"
     with monkeypatch.context() as m:
-        m.setattr(fxcache, "slower_than_compiling", lambda hit, compiled: True)
+        m.setattr(lookup, "slower_than_compiling", lambda hit, compiled: True)
         _run(model, x, tmp_path)
     st = _stats(tmp_path)
     assert (st.hits, st.set_aside) == (1, 0) and len(_entries(tmp_path)) == 1

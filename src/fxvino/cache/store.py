@@ -1,5 +1,7 @@
 """fxvino's persistent model cache: compiled partitions on disk, found again by a key that
-cannot go stale (``cache/key.py``), loaded without lowering or compiling.
+cannot go stale (``cache/key.py``), loaded without lowering or compiling. This module is the
+store (one :class:`ModelCache` per directory); ``cache/entry.py`` is the file format and
+``cache/lookup.py`` the compiler's side.
 
 One entry is one file, ``<key>.fxvc``::
 
@@ -21,12 +23,12 @@ shape:
 - **Corruption.** Size and crc32 of the blob are checked before OpenVINO sees a byte (a
   corrupt blob could crash the importer); a bad entry is logged, counted, removed and rebuilt.
   The crc32 pass is skipped only when the file is provably the one whose bytes were checked:
-  see :func:`_stamp` (an extended attribute naming the file's device, inode, size and mtime
+  see ``entry.set_stamp`` (an extended attribute naming the file's device, inode, size and mtime
   after the check, written once the data is on disk).
 - **Cost.** An entry records how long lowering and compiling its partition took. When hits
   of a graph (the weight-independent half of the key) cost more than that (hashing the weights,
   checking and importing the blob) in two processes in a row, the graph is set aside: later
-  lookups of it skip the weights hash and the cache and just compile (see :func:`lookup`). A
+  lookups of it skip the weights hash and the cache and just compile (``cache/lookup.py``). A
   cache that can only slow a model down steps aside; ``fxvino cache clear`` forgets the marks.
 - **Size cap.** After each store, least-recently-used entries (mtime; a hit touches it) are
   removed until the directory fits ``cache_size``.
@@ -38,12 +40,10 @@ with its own lock; :func:`reset_caches` drops them.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import dataclasses
 import json
 import logging
 import os
-import struct
 import tempfile
 import threading
 import time
@@ -57,40 +57,32 @@ import openvino as ov
 import torch
 import torch.fx
 
-from fxvino.compilation.plugin_config import RUN_TIME
+from fxvino.cache import entry
+from fxvino.cache.entry import (
+    ALIGN,
+    HEADER,
+    MAGIC,
+    SUFFIX,
+    TMP_PREFIX,
+    CacheEntryError,
+    specs_from_json,
+)
 from fxvino.lowering.convert import InputSpec, OutputSpec
 from fxvino.runtime import weight_pages
 from fxvino.utils.sizes import format_size
 
 logger = logging.getLogger("fxvino")
 
-MAGIC = b"FXVINOC1"
-SUFFIX = ".fxvc"
 # ``<graph prefix>.aside``: this graph's hits cost more than compiling it (see ``lookup``).
 ASIDE_SUFFIX = ".aside"
 # Slow hits in a row that set a graph aside. One could be a one-off: the first hit after a
 # reboot reads the blob from disk, where the compile it is compared with had the weights in
 # memory; a permanent decision should not rest on it.
 ASIDE_STRIKES = 2
-TMP_PREFIX = ".tmp-"
-_HEADER = struct.Struct("<8sQI")
-_ALIGN = 4096
-_CHUNK = 64 << 20
 # Temporary files older than this are debris of a killed writer.
 _STALE_TMP_SECONDS = 3600.0
 # Misses remembered for ``store`` (one per partition being compiled; more means never stored).
 _MAX_PENDING_MISSES = 256
-# The extended attribute vouching that an entry's bytes were checked (``_stamp``).
-_STAMP_ATTR = "user.fxvino.verified"
-# A hit must cost this much more than compiling (seconds, and a fraction of the compile) before
-# its graph is set aside: below that the two are within run-to-run noise, and a permanent
-# decision should not rest on noise (a small model's hit and compile differ by milliseconds).
-ASIDE_MARGIN_SECONDS = 0.5
-ASIDE_MARGIN_FRACTION = 0.1
-
-
-class CacheEntryError(Exception):
-    """An entry on disk is truncated, corrupt, or not one of ours."""
 
 
 @dataclasses.dataclass
@@ -123,107 +115,6 @@ class CacheStats:
     verify_seconds: float = 0.0  # reading and checking blobs (part of it may overlap key_seconds)
     import_seconds: float = 0.0  # OpenVINO's import_model of hits
     store_seconds: float = 0.0  # exporting and writing entries
-
-
-class Cancelled(Exception):
-    """A prefetching read was not needed after all."""
-
-
-def _crc32(buf: Any, cancel: threading.Event | None = None) -> int:
-    """crc32 of a large buffer in chunks (zlib releases the GIL on each; ``cancel`` stops it)."""
-    view = memoryview(buf).cast("B")
-    crc = 0
-    for i in range(0, len(view), _CHUNK):
-        if cancel is not None and cancel.is_set():
-            raise Cancelled
-        crc = zlib.crc32(view[i : i + _CHUNK], crc)
-    return crc
-
-
-# ---- stamps: "these bytes were checked" --------------------------------------------------------
-
-
-def _identity(st: os.stat_result) -> tuple[int, ...]:
-    """What any write, truncation or replacement of a file changes: device, inode, size and
-    modification time (nanoseconds; a ``write`` sets it, ``os.replace`` brings another inode)."""
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _stamp_value(identity: tuple[int, ...], key: Any, crc: int) -> bytes:
-    return json.dumps({"file": list(identity), "key": key, "blob_crc32": crc}, separators=(",", ":")).encode()
-
-
-def _get_stamp(fd: int) -> bytes | None:
-    try:
-        return os.getxattr(fd, _STAMP_ATTR)
-    except (OSError, AttributeError):  # no such attribute, no xattr support, or not Linux
-        return None
-
-
-def _set_stamp(fd: int, identity: tuple[int, ...], key: Any, crc: int) -> None:
-    """Vouch that the file with ``identity`` holds bytes whose crc32 matched ``crc``.
-
-    Why skipping the check on a matching stamp is safe: the crc32 guards against an entry whose
-    bytes differ from what fxvino wrote. fxvino never writes an entry in place (temporary
-    file + ``os.replace``, so a new entry is a new inode without this attribute); any other
-    write or truncation changes the mtime or size; a copy is another inode. What the stamp
-    cannot see, a change that keeps inode, size and mtime, is a deliberate restore of the
-    mtime or silent media corruption; a crc32 check would not see the first either (it is no
-    signature), and the second is what the disk's own ECC reports as an I/O error. The
-    attribute is set only after ``fsync``, so a crash cannot leave a stamp over bytes that
-    never reached the disk. Setting it changes the ctime, which is why ctime is not part of
-    the identity. No xattr support (some network file systems, not Linux): every hit checks.
-    """
-    with contextlib.suppress(OSError, AttributeError):
-        os.setxattr(fd, _STAMP_ATTR, _stamp_value(identity, key, crc))
-
-
-# ---- specs <-> JSON -------------------------------------------------------------------------
-
-_PY_TYPES = (type(None), bool, int, float, str)
-
-
-def _dtype_from(name: str | None) -> torch.dtype | None:
-    if name is None:
-        return None
-    dt = getattr(torch, name.removeprefix("torch."), None)
-    if not isinstance(dt, torch.dtype):
-        raise CacheEntryError(f"unknown dtype {name!r} in cache metadata")
-    return dt
-
-
-def specs_to_json(inputs: list[InputSpec], outputs: list[OutputSpec], runtime_positions: list[int]) -> dict | None:
-    """The specs as JSON, or None when an output's Python value cannot be stored faithfully."""
-    outs = []
-    for o in outputs:
-        v = o.value
-        # Only exact scalars survive JSON unchanged (tuples would come back as lists, NaN as
-        # an error): refuse anything else rather than risk returning a different value.
-        if not (isinstance(v, _PY_TYPES) and (not isinstance(v, float) or np.isfinite(v))):
-            return None
-        outs.append({"kind": o.kind, "index": o.index, "value": o.value, "dtype": str(o.dtype) if o.dtype else None})
-    return {
-        "inputs": [{"kind": i.kind, "position": i.position} for i in inputs],
-        "outputs": outs,
-        "runtime_positions": list(runtime_positions),
-    }
-
-
-def specs_from_json(meta: Mapping[str, Any]) -> tuple[list[InputSpec], list[OutputSpec], list[int]]:
-    try:
-        inputs = [InputSpec(str(i["kind"]), int(i["position"])) for i in meta["inputs"]]
-        outputs = [
-            OutputSpec(str(o["kind"]), int(o["index"]), o["value"], _dtype_from(o["dtype"])) for o in meta["outputs"]
-        ]
-        positions = [int(p) for p in meta["runtime_positions"]]
-    except (KeyError, TypeError, ValueError) as e:
-        raise CacheEntryError(f"bad specs in cache metadata: {type(e).__name__}: {e}") from e
-    return inputs, outputs, positions
-
-
-# ---- sizes ----------------------------------------------------------------------------------
-
-# ---- the cache ------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass
@@ -372,10 +263,10 @@ class ModelCache:
         so a concurrent ``os.replace`` cannot pair one file's stamp with another's bytes.
         """
         with open(path, "rb") as f:
-            head = f.read(_HEADER.size)
-            if len(head) < _HEADER.size:
+            head = f.read(HEADER.size)
+            if len(head) < HEADER.size:
                 raise CacheEntryError(f"truncated header ({len(head)} bytes)")
-            magic, meta_len, meta_crc = _HEADER.unpack(head)
+            magic, meta_len, meta_crc = HEADER.unpack(head)
             if magic != MAGIC:
                 raise CacheEntryError(f"not an fxvino cache entry (magic {magic!r})")
             raw = f.read(meta_len)
@@ -392,12 +283,12 @@ class ModelCache:
                 raise CacheEntryError(
                     f"file is {st.st_size} bytes, expected {offset + blob_size} (truncated or extended)"
                 )
-            identity = _identity(st)
-            vouched = _get_stamp(f.fileno()) == _stamp_value(identity, meta.get("key"), blob_crc)
+            identity = entry.identity(st)
+            vouched = entry.get_stamp(f.fileno()) == entry.stamp_value(identity, meta.get("key"), blob_crc)
             blob = np.memmap(f, dtype=np.uint8, mode="c", offset=offset, shape=(blob_size,))
         if vouched:
             return EntryRead(meta, blob, identity, checked=False)
-        if _crc32(blob, cancel) != blob_crc:
+        if entry.crc32(blob, cancel) != blob_crc:
             raise CacheEntryError("compiled blob corrupt (crc32 mismatch)")
         return EntryRead(meta, blob, identity, checked=True)
 
@@ -414,16 +305,16 @@ class ModelCache:
         except OSError:
             return
         try:
-            if _identity(os.fstat(fd)) != got.identity:
+            if entry.identity(os.fstat(fd)) != got.identity:
                 return
             now = time.time_ns()
             os.utime(fd if os.utime in os.supports_fd else path, ns=(now, now))
-            identity = _identity(os.fstat(fd))
+            identity = entry.identity(os.fstat(fd))
             key, crc = got.meta.get("key"), int(got.meta["blob_crc32"])
             if got.checked:
                 self._stamp_when_durable(path, identity, key, crc)
             else:
-                _set_stamp(fd, identity, key, crc)
+                entry.set_stamp(fd, identity, key, crc)
         except OSError:
             pass
         finally:
@@ -440,11 +331,11 @@ class ModelCache:
             except OSError:
                 return
             try:
-                if _identity(os.fstat(fd)) != identity:
+                if entry.identity(os.fstat(fd)) != identity:
                     return
                 os.fsync(fd)
-                if _identity(os.fstat(fd)) == identity:
-                    _set_stamp(fd, identity, key, crc)
+                if entry.identity(os.fstat(fd)) == identity:
+                    entry.set_stamp(fd, identity, key, crc)
             except OSError:
                 pass
             finally:
@@ -477,12 +368,12 @@ class ModelCache:
         try:
             blob = compiled.export_model().getbuffer()
             meta_base = {**specs, **(info or {}), "key": key, "created": time.time(), "blob_size": len(blob)}
-            meta_base["blob_crc32"] = _crc32(blob)
+            meta_base["blob_crc32"] = entry.crc32(blob)
             # The offset depends on the metadata's length, which contains the offset: settle it.
-            offset = _ALIGN
+            offset = ALIGN
             while True:
                 raw = json.dumps({**meta_base, "blob_offset": offset}, sort_keys=True).encode()
-                need = -(-(_HEADER.size + len(raw)) // _ALIGN) * _ALIGN
+                need = -(-(HEADER.size + len(raw)) // ALIGN) * ALIGN
                 if need <= offset:
                     break
                 offset = need
@@ -498,12 +389,12 @@ class ModelCache:
             fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=SUFFIX, dir=self.root)
             try:
                 with os.fdopen(fd, "wb") as f:
-                    f.write(_HEADER.pack(MAGIC, len(raw), zlib.crc32(raw)))
+                    f.write(HEADER.pack(MAGIC, len(raw), zlib.crc32(raw)))
                     f.write(raw)
-                    f.write(b"\0" * (offset - _HEADER.size - len(raw)))
+                    f.write(b"\0" * (offset - HEADER.size - len(raw)))
                     f.write(blob)
                     f.flush()
-                    written = _identity(os.fstat(f.fileno()))
+                    written = entry.identity(os.fstat(f.fileno()))
                 os.replace(tmp, self.path(key))
             except BaseException:
                 _unlink(Path(tmp))
@@ -715,104 +606,3 @@ def reset_caches() -> None:
     """Forget the per-directory cache objects (and their statistics); files stay on disk."""
     with _CACHES_LOCK:
         _CACHES.clear()
-
-
-# ---- the compiler's side --------------------------------------------------------------------
-
-
-def slower_than_compiling(hit_seconds: float, compile_seconds: float) -> bool:
-    """Whether a hit that took ``hit_seconds`` lost to compiling (``compile_seconds``) by more
-    than run-to-run noise (``ASIDE_MARGIN_*``)."""
-    margin = max(ASIDE_MARGIN_SECONDS, ASIDE_MARGIN_FRACTION * compile_seconds)
-    return hit_seconds > compile_seconds + margin
-
-
-def lookup(
-    options: Any, sub: torch.fx.GraphModule, constants: Mapping[int, torch.Tensor]
-) -> tuple[str | None, CachedPartition | None]:
-    """(key, hit) for a partition; (None, None) if no key can be made (logged, never raised) or
-    if its graph is set aside (compile it, do not store it).
-
-    A hit costs hashing the weights, checking the blob (skipped when stamped) and
-    ``import_model``. The graph part of the key is cheap and known first, so the newest entry of
-    this architecture is read and checked on another thread while the weights are hashed; if
-    the weights name another entry, that check is cancelled.
-
-    The hit's whole cost (this function's wall time) is compared with the lowering + compile
-    time recorded in the entry: a hit that lost is a strike against its graph, a hit that paid
-    off clears them, and ``ASIDE_STRIKES`` in a row set the graph aside (``ModelCache.strike``):
-    later lookups of it return (None, None) before hashing anything.
-    """
-    from fxvino.cache.key import PREFIX_LEN, graph_key, make_key, weights_key
-
-    cache = cache_for(options.cache_dir)
-    t0 = time.perf_counter()
-    prefetched: Prefetch | None = None
-    try:
-        gkey = graph_key(sub, options)
-        prefix = gkey[:PREFIX_LEN]
-        if cache.is_aside(prefix):
-            cache._count("aside")
-            return None, None
-        candidates = cache.with_prefix(prefix)
-        if candidates:
-            prefetched = cache.prefetch(candidates[0])
-        key = make_key(gkey, weights_key(sub, constants))
-    except Exception as e:  # noqa: BLE001 - no key, no caching; the model still compiles
-        if prefetched is not None:
-            prefetched.cancel()
-        logger.warning("fxvino: no cache key for this partition (%s: %s); compiling without cache", type(e).__name__, e)
-        return None, None
-    if prefetched is not None and prefetched.path != cache.path(key):
-        prefetched.cancel()
-    t1 = time.perf_counter()
-    hit = cache.load(key, options.device, options.compile_config, prefetched, options.page_out_weights)
-    t2 = time.perf_counter()
-    cache._count("key_seconds", t1 - t0)
-    cache._count("load_seconds", t2 - t1)
-    if hit is None:
-        cache.note_miss(key, t2)
-    elif hit.compile_seconds is not None and slower_than_compiling(t2 - t0, hit.compile_seconds):
-        figures = {
-            "hit_seconds": round(t2 - t0, 3),
-            "key_seconds": round(t1 - t0, 3),
-            "compile_seconds": round(hit.compile_seconds, 3),
-            "blob_bytes": int(hit.mapping.shape[0]),
-            "partition": hit.partition,
-        }
-        if cache.strike(prefix, figures):
-            logger.warning(
-                "fxvino: loading partition %s from the model cache took %.2f s (weights key %.2f s), compiling "
-                "it %.2f s, in %d processes in a row: its graph is compiled without the cache from now on "
-                "(%s; `fxvino cache clear` forgets this)",
-                hit.partition,
-                t2 - t0,
-                t1 - t0,
-                hit.compile_seconds,
-                ASIDE_STRIKES,
-                cache.aside_path(prefix).name,
-            )
-    elif hit.compile_seconds is not None:
-        cache.acquit(prefix)
-    return key, hit
-
-
-def store(options: Any, key: str, compiled: ov.CompiledModel, lowered: Any, name: str) -> None:
-    """Store a freshly compiled partition (never raises; a partition that cannot be stored is
-    only counted). The entry records the lowering + compile seconds since ``lookup`` missed."""
-    cache = cache_for(options.cache_dir)
-    t0 = time.perf_counter()
-    missed = cache.pop_miss(key)
-    specs = specs_to_json(lowered.inputs, lowered.outputs, lowered.runtime_positions)
-    if specs is None:
-        logger.info("fxvino: partition %s returns a Python value JSON cannot hold exactly; not cached", name)
-        cache._count("skipped")
-        return
-    info: dict[str, Any] = {"partition": name, "device": options.device}
-    run_config = {k: v for k, v in lowered.plugin_config.items() if k in RUN_TIME}
-    if run_config:  # the blob does not keep them: the import passes them again
-        info["run_config"] = run_config
-    if missed is not None:
-        info["compile_seconds"] = round(t0 - missed, 4)
-    cache.store(key, compiled, specs, options.cache_size, info)
-    cache._count("store_seconds", time.perf_counter() - t0)

@@ -23,7 +23,7 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
-from fxvino.cache import store as cache
+from fxvino.cache import lookup as cache
 from fxvino.compilation import plugin_config, shared_weights
 from fxvino.devices import core, widened_types
 from fxvino.lowering import ensure_registered
