@@ -58,6 +58,16 @@ _CAPABILITY = {"bf16": "BF16", "f16": "FP16"}
 
 
 @functools.cache
+def capabilities(device: str) -> tuple[str, ...] | None:
+    """The physical ``device``'s ``OPTIMIZATION_CAPABILITIES`` (``BF16``, ``FP16``, ``INT8``, ...);
+    None when it does not answer."""
+    try:
+        return tuple(str(c) for c in core().get_property(device.split(":")[0], "OPTIMIZATION_CAPABILITIES"))
+    except Exception:  # noqa: BLE001 - virtual devices and some plugins do not answer
+        return None
+
+
+@functools.cache
 def warn_if_precision_emulated(device: str, precision: str) -> bool:
     """Warn (once per device and precision) when the device has no kernels for ``precision``:
     OpenVINO then computes in f32 without saying so, and a user asking for bf16 on a CPU without
@@ -65,18 +75,15 @@ def warn_if_precision_emulated(device: str, precision: str) -> bool:
     need = _CAPABILITY.get(precision)
     if need is None or device.split(":")[0] in VIRTUAL_DEVICES:
         return False
-    try:
-        capabilities = [str(c) for c in core().get_property(device.split(":")[0], "OPTIMIZATION_CAPABILITIES")]
-    except Exception:  # noqa: BLE001 - a device that does not answer is not judged
-        return False
-    if need in capabilities:
+    have = capabilities(device)
+    if have is None or need in have:  # a device that does not answer is not judged
         return False
     logging.getLogger("fxvino").warning(
         "fxvino: precision %r was asked for, but %s has no %s kernels (capabilities: %s); OpenVINO computes in f32",
         precision,
         device,
         need,
-        ", ".join(capabilities),
+        ", ".join(have),
     )
     return True
 
@@ -97,8 +104,6 @@ def widened_types(device: str) -> frozenset[torch.dtype]:
             return frozenset()
     elif head.split(".")[0] != "CPU":
         return frozenset()
-    try:
-        capabilities = [str(c) for c in core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")]
-    except Exception:  # noqa: BLE001 - a CPU that does not answer: round both, which is always right
-        capabilities = []
-    return frozenset({torch.float16} if "BF16" in capabilities else {torch.float16, torch.bfloat16})
+    # A CPU that does not answer: round both, which is always right.
+    bf16_kernels = "BF16" in (capabilities("CPU") or ())
+    return frozenset({torch.float16} if bf16_kernels else {torch.float16, torch.bfloat16})
