@@ -1,0 +1,105 @@
+"""``export_llm``: a transformers causal LM and its tokenizer as a directory OpenVINO GenAI loads."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import openvino as ov
+
+from fxvino.export.model import ExportedModel
+
+from . import stateful
+from . import tokenizer as tokenizers
+from .decoder import FlatKVDecoder, example_inputs, kv_layout
+
+MODEL_XML = "openvino_model.xml"
+WEIGHTS = ("f32", "int8", "int4")
+
+
+def _print(msg: str) -> None:
+    print(f"[export-llm] {msg}", file=sys.stderr, flush=True)
+
+
+class _Progress:
+    """Messages for the steps that take seconds to minutes (capture, lowering, writing), with
+    their times; ``print`` to stderr, a caller's function, or nothing."""
+
+    def __init__(self, progress: bool | Callable[[str], None]):
+        self.say: Callable[[str], None] | None = _print if progress is True else (progress or None)
+        self.start = time.perf_counter()
+
+    def __call__(self, msg: str) -> None:
+        if self.say is not None:
+            self.say(f"{msg} ({time.perf_counter() - self.start:.1f} s)")
+
+
+def export_llm(
+    model: Any,
+    tokenizer: Any,
+    path: str | Path,
+    *,
+    weights: str = "f32",
+    kv_cache_precision: str | None = "f32",
+    progress: bool | Callable[[str], None] = True,
+) -> Path:
+    """Write ``model`` (a transformers causal LM) and ``tokenizer`` (its Hugging Face tokenizer) to
+    ``path`` as a stateful decoder IR with its tokenizer IRs, for ``openvino_genai.LLMPipeline``.
+
+    ``weights``: ``"f32"`` keeps the model's weights as they are. ``kv_cache_precision`` is stored
+    in the IR as a run-time option OpenVINO applies when it compiles the model: ``"f32"`` keeps the
+    cache exact (OpenVINO's CPU default is u8, which changes logits), ``None`` leaves the device's
+    default. Greedy tokens equal eager PyTorch's when the pipeline also computes in f32: on CPUs
+    with bf16 kernels pass ``INFERENCE_PRECISION_HINT="f32"`` to ``LLMPipeline`` (OpenVINO does not
+    read that hint from the model file). Returns the directory.
+    """
+    if weights not in WEIGHTS:
+        raise ValueError(f"export_llm: weights={weights!r}; valid: {', '.join(WEIGHTS)}")
+    if weights != "f32":
+        raise NotImplementedError(f"export_llm: weights={weights!r} is not implemented yet; valid today: 'f32'")
+    say = _Progress(progress)
+    directory = Path(path).expanduser()
+    if directory.exists() and not directory.is_dir():
+        raise NotADirectoryError(f"export_llm: {directory} is a file; give a directory to write the model into")
+
+    exported = stateful_decoder(model, say)
+    decoder = exported.ov_model
+    if kv_cache_precision is not None:
+        decoder.set_rt_info(kv_cache_precision, ["runtime_options", "KV_CACHE_PRECISION"])
+    directory.mkdir(parents=True, exist_ok=True)
+    ov.save_model(decoder, directory / MODEL_XML, compress_to_fp16=False)
+    say(f"wrote {MODEL_XML}")
+    model.config.save_pretrained(directory)
+    generation = getattr(model, "generation_config", None)
+    if generation is not None:
+        generation.save_pretrained(directory)
+    tokenizers.save(tokenizer, directory)
+    say(f"wrote {tokenizers.TOKENIZER_XML} and {tokenizers.DETOKENIZER_XML}")
+    return directory
+
+
+def stateful_decoder(model: Any, say: Callable[[str], None] = lambda msg: None) -> ExportedModel:
+    """``model`` as GenAI's stateful decoder: lowered by ``fxvino.export``, its ``ov_model`` then
+    given GenAI's names and the KV cache as state (in place).
+
+    The ``ExportedModel`` is returned, not only its ``ov_model``: that model's Constants read the
+    module's weights and the tensors folded at export without copying them, which the
+    ``ExportedModel`` keeps alive until the IR is written.
+    """
+    from fxvino.export import export
+
+    model.eval()
+    layout = kv_layout(model)
+    say(
+        f"{type(model).__name__}: {layout.layers} layers caching {layout.kv_heads} heads of {layout.head_dim} "
+        f"({str(layout.dtype).removeprefix('torch.')}); capturing and lowering"
+    )
+    args, shapes = example_inputs(layout, model.config.get_text_config().vocab_size)
+    exported = export(FlatKVDecoder(model, layout.layers), args, dynamic_shapes=shapes)
+    say(f"lowered: {sum(exported.report.ov_ops.values())} ops")
+    stateful.name_ports(exported.ov_model, layout)
+    stateful.make_stateful(exported.ov_model, layout)
+    return exported
