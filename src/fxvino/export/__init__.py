@@ -1,0 +1,51 @@
+"""Export to OpenVINO IR: ``fxvino.export(model, args)`` and ``fxvino.load(path)``.
+
+The package itself is callable, ``fxvino.export(model, args, ...)``, and holds the exporter's
+names (``fxvino.export.ExportError``): one name for the verb and its namespace, without a
+submodule shadowing a function of the same name.
+
+Importing it is cheap. The exporter (torch.export, the lowering registry) is imported on the
+first ``export`` call; ``load`` needs only the runtime, so a process that only runs saved IRs
+never imports Dynamo or the lowering.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .errors import ExportError, UnsupportedOp
+from .loader import LoadedModel, load
+from .model import ExportedModel
+
+if TYPE_CHECKING:
+    from torch.export import ExportedProgram
+    from torch.nn import Module
+
+
+def export(
+    model: Module | Callable[..., Any] | ExportedProgram,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    dynamic_shapes: Any = None,
+    options: Mapping[str, Any] | None = None,
+) -> ExportedModel:
+    """Export ``model`` (called with ``args``/``kwargs``) as one OpenVINO model: see ``build.export``."""
+    from .build import export as _export
+
+    return _export(model, args, kwargs, dynamic_shapes=dynamic_shapes, options=options)
+
+
+class _CallableModule(types.ModuleType):
+    """``fxvino.export(...)`` calls :func:`export`: the package is the function."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> ExportedModel:
+        return export(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
+
+__all__ = ["export", "load", "ExportedModel", "LoadedModel", "ExportError", "UnsupportedOp"]

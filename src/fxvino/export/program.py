@@ -1,0 +1,165 @@
+"""Capture: a model to a decomposed ``torch.export.ExportedProgram``.
+
+``torch.export`` (non-strict: it runs the model's Python as Python, which captures more models
+than strict mode's Dynamo tracing) gives one whole graph with sizes symbolic where the user's
+``Dim``s say. ``run_decompositions`` then brings it down to the ATen ops the lowering registry
+knows, with fxvino's own decomposition table, so an exported graph is made of the same ops as
+the graphs ``torch.compile`` hands fxvino.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+
+from fxvino.capture import decompositions
+from fxvino.options import Options
+
+from .errors import ExportError
+
+
+class _Function(torch.nn.Module):
+    """A plain function as a module: ``torch.export`` takes modules only."""
+
+    def __init__(self, fn: Callable[..., Any]):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+def _as_module(fn: Callable[..., Any]) -> torch.nn.Module:
+    """``fn`` in a module whose ``forward`` has ``fn``'s signature: torch.export names the graph's
+    inputs (and so the IR's) after ``forward``'s parameters."""
+    forward = _Function.forward
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return _Function(fn)
+
+    def named_forward(self: _Function, *args: Any, **kwargs: Any) -> Any:
+        return forward(self, *args, **kwargs)
+
+    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+    named_forward.__signature__ = sig.replace(parameters=[self_param, *sig.parameters.values()])  # type: ignore[attr-defined]
+    cls = type(getattr(fn, "__name__", "function").strip("<>") or "function", (_Function,), {"forward": named_forward})
+    return cls(fn)
+
+
+@contextlib.contextmanager
+def _in_eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    """An exported IR is for inference: capture dropout and batch norm as in ``eval()``, then
+    give every submodule its own mode back (the user's model is not left changed)."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for m, training in modes:
+            m.training = training
+
+
+def capture(
+    model: torch.nn.Module | Callable[..., Any] | ExportedProgram,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    dynamic_shapes: Any = None,
+) -> ExportedProgram:
+    """``model`` as an ``ExportedProgram`` (one given already is used as it is)."""
+    if isinstance(model, ExportedProgram):
+        if args or kwargs or dynamic_shapes is not None:
+            raise ExportError(
+                "fxvino.export: an ExportedProgram carries its own example inputs and dynamic shapes; "
+                "pass it without args, kwargs or dynamic_shapes"
+            )
+        return model
+    if not isinstance(args, (tuple, list)):
+        raise ExportError(
+            f"fxvino.export: args must be a tuple of the model's positional inputs, got {type(args).__name__}"
+        )
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise ExportError(f"fxvino.export: kwargs must be a dict, got {type(kwargs).__name__}")
+    if not isinstance(model, torch.nn.Module):
+        if not callable(model):
+            raise ExportError(
+                f"fxvino.export takes an nn.Module, a function or an ExportedProgram, got {type(model).__name__}"
+            )
+        model = _as_module(model)
+    with _in_eval_mode(model), torch.no_grad():
+        return torch.export.export(model, tuple(args), dict(kwargs or {}), dynamic_shapes=dynamic_shapes, strict=False)
+
+
+def decomposition_table(options: Options) -> Mapping[torch._ops.OpOverload, Callable]:
+    """torch.export's Core ATen table with fxvino's changes (``capture/decompositions.py``).
+
+    AOTAutograd's tracer decomposes composite ops (``linear``, ``layer_norm``, SDPA) on its own,
+    which is why fxvino's table leaves them out; ``run_decompositions`` keeps every op its table
+    does not name. So the table here is torch.export's default (Core ATen with the composite
+    ops), less the ops OpenVINO runs whole, plus fxvino's and the user's own decompositions.
+    """
+    table = torch.export.default_decompositions()
+    for op in decompositions.KEEP_UNDECOMPOSED:
+        if op in table:
+            table.pop(op)
+    for op, fn in decompositions.decomposition_table(options).items():
+        table[op] = fn
+    return table
+
+
+def decompose(program: ExportedProgram, options: Options) -> ExportedProgram:
+    """``program`` in the ops the lowering registry knows (a new program; the given one is kept)."""
+    return program.run_decompositions(decomposition_table(options))
+
+
+def input_dim_names(
+    model: Any, args: Sequence[Any], kwargs: Mapping[str, Any] | None, dynamic_shapes: Any
+) -> dict[int, dict[int, str]]:
+    """The user's ``Dim`` names per example tensor (``id(tensor)`` -> {dim: name}).
+
+    The exported program knows its symbols only as ``s0``, ``s1``; the manifest and the docs of an
+    IR read better with the names the user gave (``batch``, ``seq``).
+    """
+    if dynamic_shapes is None or isinstance(model, ExportedProgram):
+        return {}
+    kwargs = dict(kwargs or {})
+    try:
+        forward = model.forward if isinstance(model, torch.nn.Module) else model
+        bound = inspect.signature(forward).bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        return {}
+    if isinstance(dynamic_shapes, Mapping):
+        pairs = [(bound[k], v) for k, v in dynamic_shapes.items() if k in bound]
+    elif isinstance(dynamic_shapes, (tuple, list)):
+        pairs = list(zip(bound.values(), dynamic_shapes, strict=False))
+    else:
+        return {}
+    names: dict[int, dict[int, str]] = {}
+    for value, spec in pairs:
+        _walk_dims(value, spec, names)
+    return names
+
+
+def _walk_dims(value: Any, spec: Any, names: dict[int, dict[int, str]]) -> None:
+    if spec is None:
+        return
+    if isinstance(value, torch.Tensor):
+        items = (
+            spec.items() if isinstance(spec, Mapping) else enumerate(spec) if isinstance(spec, (tuple, list)) else ()
+        )
+        for d, dim in items:
+            name = getattr(dim, "__name__", None)
+            if isinstance(d, int) and isinstance(name, str):
+                names.setdefault(id(value), {})[d] = name
+    elif isinstance(value, Mapping) and isinstance(spec, Mapping):
+        for k, v in value.items():
+            if k in spec:
+                _walk_dims(v, spec[k], names)
+    elif isinstance(value, (tuple, list)) and isinstance(spec, (tuple, list)):
+        for v, s in zip(value, spec, strict=False):
+            _walk_dims(v, s, names)
