@@ -47,8 +47,9 @@ def _break_lowering(monkeypatch, op, only: str | None = None) -> None:
 
 def _refuse_compile(monkeypatch, refuse) -> list[int]:
     """Make OpenVINO's compile_model raise for the models ``refuse(model)`` picks; returns a call log."""
+    from fxvino.compilation import compile_partition
     from fxvino.devices import core
-    from fxvino.partitioning import isolation, partition
+    from fxvino.partitioning import isolation
 
     real, calls = core(), []
 
@@ -59,7 +60,7 @@ def _refuse_compile(monkeypatch, refuse) -> list[int]:
                 raise RuntimeError("forced compile failure")
             return real.compile_model(model, *a, **k)
 
-    monkeypatch.setattr(partition, "core", lambda: Refusing())
+    monkeypatch.setattr(compile_partition, "core", lambda: Refusing())
     monkeypatch.setattr(isolation, "core", lambda: Refusing())
     return calls
 

@@ -104,17 +104,17 @@ def test_inputs_are_read_afresh_each_call(numel):
 
 def _partitions_compiling(fn, *args):
     """``fn`` compiled (static shapes) and called once on ``args``, and the CompiledPartitions made."""
-    import fxvino.partitioning.partition as partition_module
+    import fxvino.compilation.compile_partition as compile_module
 
     captured = []
-    original = partition_module.CompiledPartition
+    original = compile_module.CompiledPartition
 
     def spy(*a, **kw):
         captured.append(original(*a, **kw))
         return captured[-1]
 
     with pytest.MonkeyPatch.context() as mp, torch.no_grad():
-        mp.setattr(partition_module, "CompiledPartition", spy)
+        mp.setattr(compile_module, "CompiledPartition", spy)
         compiled = torch.compile(fn, backend="fxvino", dynamic=False)
         compiled(*args)
     return compiled, captured

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import fxvino
-import fxvino.partitioning.partition
+import fxvino.runtime.weight_pages
 from fxvino.options import Options
 from fxvino.runtime import weight_pages
 
@@ -204,7 +204,7 @@ def test_a_model_loaded_from_safetensors_keeps_its_weight_pages_out_of_memory(di
         return released
 
     real = weight_pages.release
-    monkeypatch.setattr(fxvino.partitioning.partition.weight_pages, "release", recorded)
+    monkeypatch.setattr(fxvino.runtime.weight_pages, "release", recorded)
     compiled = torch.compile(model, backend="fxvino", options={"page_out_weights": page_out})
     with fxvino.collect_reports() as report, torch.no_grad():
         got = compiled(ids).logits

@@ -1,5 +1,5 @@
 """Frozen weights never go stale: a graph whose frozen parameters changed in place since it was
-compiled compiles again with the current values (capture._FrozenWeights)."""
+compiled compiles again with the current values (runtime.frozen_weights.FrozenWeights)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def test_weights_changed_accepts_modules_pipelines_and_lists():
 def test_weights_that_keep_changing_end_up_as_inputs():
     """An eval call after each training-like update: refrozen at most REFREEZE_LIMIT times, then one
     compile with weights as inputs serves every later change, still equal to eager."""
-    from fxvino.capture.aot import REFREEZE_LIMIT
+    from fxvino.runtime.frozen_weights import REFREEZE_LIMIT
 
     torch.manual_seed(0)
     model = _Net().eval()

@@ -48,7 +48,7 @@ def test_first_evaluation_after_training_steps():
 
 def test_evaluations_between_training_steps_see_updated_weights():
     """Optimizer steps (and batch norm's running statistics) change frozen weights in place: every
-    evaluation between steps computes with the current weights (capture._FrozenWeights checks
+    evaluation between steps computes with the current weights (runtime.frozen_weights.FrozenWeights checks
     version counters and data pointers), never the first evaluation's."""
     pairs, _ = _interleave(models.resnet(), rounds=3, steps=2)
     for i, (ours, eager) in enumerate(pairs):

@@ -17,7 +17,6 @@ import torch.fx
 
 from fxvino.cache.entry import specs_to_json
 from fxvino.cache.store import ASIDE_STRIKES, CachedPartition, Prefetch, cache_for
-from fxvino.compilation.plugin_config import RUN_TIME
 
 logger = logging.getLogger("fxvino")
 
@@ -105,9 +104,12 @@ def lookup(
     return key, hit
 
 
-def store(options: Any, key: str, compiled: ov.CompiledModel, lowered: Any, name: str) -> None:
+def store(
+    options: Any, key: str, compiled: ov.CompiledModel, lowered: Any, name: str, run_config: Mapping[str, str]
+) -> None:
     """Store a freshly compiled partition (never raises; a partition that cannot be stored is
-    only counted). The entry records the lowering + compile seconds since ``lookup`` missed."""
+    only counted). The entry records the lowering + compile seconds since ``lookup`` missed, and
+    ``run_config``, the compile properties the blob does not keep (the import passes them again)."""
     cache = cache_for(options.cache_dir)
     t0 = time.perf_counter()
     missed = cache.pop_miss(key)
@@ -117,9 +119,8 @@ def store(options: Any, key: str, compiled: ov.CompiledModel, lowered: Any, name
         cache._count("skipped")
         return
     info: dict[str, Any] = {"partition": name, "device": options.device}
-    run_config = {k: v for k, v in lowered.plugin_config.items() if k in RUN_TIME}
-    if run_config:  # the blob does not keep them: the import passes them again
-        info["run_config"] = run_config
+    if run_config:
+        info["run_config"] = dict(run_config)
     if missed is not None:
         info["compile_seconds"] = round(t0 - missed, 4)
     cache.store(key, compiled, specs, options.cache_size, info)

@@ -151,3 +151,8 @@ def merged(config: dict[str, str]) -> dict[str, str]:
     """What a graph's wishes remain in a model compiled together with other graphs
     (shared_weights.py): that model is not tiny."""
     return {k: v for k, v in config.items() if k not in TINY}
+
+
+def run_time(config: dict[str, str]) -> dict[str, str]:
+    """The properties of ``config`` a compiled blob does not keep: an import must pass them again."""
+    return {k: v for k, v in config.items() if k in RUN_TIME}

@@ -249,7 +249,7 @@ def compile_together(new: Member, top_level_only: bool = False) -> CompiledParti
             own = m.shared
             try:
                 m.rebind(core().compile_model(own.model, own.device, own.config), own.inputs, own.outputs)
-            except Exception:  # noqa: BLE001 - its calls then run in PyTorch (_GuardedPartition), reported
+            except Exception:  # noqa: BLE001 - its calls then run in PyTorch (partitioning/guarded.py), reported
                 logger.exception("fxvino: compiling %s alone again failed", own.name)
                 m.close()
         return None

@@ -1,7 +1,7 @@
 """Making in-place weight edits visible to compiled models.
 
 fxvino freezes weights into OpenVINO constants and, before every call of a compiled graph, checks
-the frozen tensors' version counters and data pointers (``capture._FrozenWeights``): an edit
+the frozen tensors' version counters and data pointers (``runtime.frozen_weights.FrozenWeights``): an edit
 through PyTorch's tracked paths (``param.copy_``, ``load_state_dict``, ``param.data = new``)
 recompiles the graph with the new values. Edits made in place through ``param.data`` (``weight.data
 += delta``, which is how peft merges a LoRA into its base layer in ``fuse_lora``/``unfuse_lora``)

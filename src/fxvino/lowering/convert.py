@@ -277,7 +277,7 @@ def _result(node: Any, results: list[ov.Node], env: dict, order: dict[int, int])
 
 
 def _view_result(node: torch.fx.Node, results: list[ov.Node], env: dict, order: dict[int, int]) -> OutputSpec:
-    """An output that views a graph input at data-dependent positions (``partition._keep_views_real``):
+    """An output that views a graph input at data-dependent positions (``partitioning.support.keep_views_real``):
     the model returns its sizes and storage offset, and the runtime returns a real view of the
     input (AOTAutograd rebuilds such outputs from the returned tensor's strides and offset)."""
     found = views.view_chain(node)

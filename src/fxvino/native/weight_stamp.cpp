@@ -1,5 +1,5 @@
 // The per-call check that a graph's frozen weights are still the tensors, and the contents, that
-// OpenVINO's constants hold (capture/aot.py's _FrozenWeights). In Python it costs ~0.2 ms per 1,000
+// OpenVINO's constants hold (runtime/frozen_weights.py). In Python it costs ~0.2 ms per 1,000
 // tensors per call: three attribute reads per tensor, each building a Python int. Here it reads the
 // same fields straight from each TensorImpl: a few ns per tensor.
 //

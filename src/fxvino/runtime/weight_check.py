@@ -1,6 +1,6 @@
 """Is a graph called with the very weights OpenVINO's constants were made from, unchanged?
 
-Asked on every call of a graph with frozen weights (capture/aot.py's ``_FrozenWeights``), so it has to
+Asked on every call of a graph with frozen weights (``runtime/frozen_weights.py``), so it has to
 cost next to nothing: the native helper (``native/weight_stamp.cpp``) reads version counters and
 storage pointers straight from each tensor, ~7 ns per tensor; the Python path here gives the same
 answers at ~0.2 ms per 1,000 tensors, for machines where the helper cannot be built.

@@ -1,0 +1,117 @@
+"""A compiled partition guarded at run time: if OpenVINO raises, the call runs eagerly.
+
+A model that runs eagerly must not crash under fxvino, and OpenVINO can fail at inference on
+inputs it compiled for (a shape its kernels reject). The guard keeps the FX graph to run instead,
+and splits the partition around the node to blame for the calls that follow.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+
+from fxvino.partitioning import isolation
+from fxvino.partitioning.job import Job
+from fxvino.partitioning.support import decline_reasons
+from fxvino.report import Fallback
+from fxvino.runtime.compiled_partition import CompiledPartition
+from fxvino.utils.fx import graph_forward, placeholders_to_attrs
+
+logger = logging.getLogger("fxvino")
+
+# Partition ``sub`` again by these reasons and compile its parts (partition.py's splitter).
+Resplit = Callable[[torch.fx.GraphModule, dict[torch.fx.Node, str | None], Job, str], torch.fx.GraphModule]
+
+
+class GuardedPartition:
+    """Runs the OpenVINO partition; if OpenVINO raises at run time, runs the FX graph eagerly.
+
+    A model that runs eagerly must not crash under fxvino: a bad input then raises torch's
+    own error from the eager run. When the eager run succeeds, OpenVINO was at fault: the first
+    such failure is bisected with the call's real inputs, and the partition is split around the
+    node to blame (as for compile failures) for the calls that follow. Each distinct failure
+    is reported once.
+    """
+
+    def __init__(
+        self,
+        partition: CompiledPartition,
+        sub: torch.fx.GraphModule,
+        constants: dict[int, Any],
+        runtime_positions: list[int],
+        name: str,
+        job: Job,
+        resplit: Resplit,
+    ):
+        self.partition = partition
+        self.sub = sub
+        self.constants = constants
+        self.runtime_positions = runtime_positions
+        self.name = name
+        self.job = job
+        self.resplit = resplit
+        self.seen: set[str] = set()
+        self.replacement: Callable | None = None
+        self.lock = threading.Lock()
+        self.bisected = False
+
+    def __call__(self, *args: Any) -> tuple[Any, ...]:
+        if self.replacement is not None:
+            return self.replacement(*args)
+        try:
+            return self.partition(*args)
+        except Exception as e:  # noqa: BLE001
+            why = f"OpenVINO inference failed: {type(e).__name__}: {e}"
+            full = self._full_args(args)
+            result = tuple(self.sub(*full))  # torch's own error for a bad input
+            with self.lock:
+                if self.replacement is None and not self.bisected:
+                    self.bisected = True
+                    self.replacement = self._isolate(full, e)
+            if self.replacement is None and why not in self.seen:
+                self.seen.add(why)
+                self.job.report.fallback(Fallback(self.name, "partition", why, "eager"))
+            return result
+
+    def _full_args(self, args: tuple[Any, ...]) -> list[Any]:
+        full: list[Any] = [None] * (len(self.constants) + len(self.runtime_positions))
+        for i, v in self.constants.items():
+            full[i] = v
+        for pos, v in zip(self.runtime_positions, args, strict=True):
+            full[pos] = v
+        return full
+
+    def _isolate(self, full: list[Any], error: Exception) -> Callable | None:
+        """Split the partition around the node the failure comes from; None if none is found."""
+        job = self.job
+        if job.isolations >= isolation.MAX_ISOLATIONS or not isolation.device_infers(job.options):
+            return None
+        try:
+            probe = isolation.infer_probe(job.options, self.constants, full)
+            culprit = isolation.blame_by_bisection(self.sub, probe)
+            if culprit is None:
+                return None
+            job.isolations += 1
+            reason = (
+                f"OpenVINO inference failed with it (found by bisection): {type(error).__name__}: {ov_message(error)}"
+            )
+            placeholders_to_attrs(self.sub, self.constants, "_fxvino_const_")
+            reasons = decline_reasons(self.sub.graph, job.options)
+            reasons[culprit] = reason
+            return graph_forward(self.resplit(self.sub, reasons, job, self.name))
+        except Exception:  # noqa: BLE001 - isolation is an improvement, never a new failure
+            logger.warning("fxvino: could not isolate the failure of %s; it keeps running eagerly", self.name)
+            return None
+
+
+def ov_message(error: BaseException) -> str:
+    """The line of an OpenVINO exception that says what went wrong: its first lines name only the
+    C++ source file that threw ("Exception from src/inference/src/cpp/infer_request.cpp:224:")."""
+    lines = [ln.strip() for ln in str(error).strip().splitlines() if ln.strip()]
+    useful = [ln for ln in lines if not ln.startswith(("Exception from", "Check '")) and not ln.endswith(":")]
+    return (useful or lines or [""])[0]
