@@ -33,7 +33,17 @@ def export(
     dynamic_shapes: Any = None,
     options: Mapping[str, Any] | None = None,
 ) -> ExportedModel:
-    """Export ``model`` (called with ``args``/``kwargs``) as one OpenVINO model: see ``build.export``."""
+    """Export ``model`` called with ``args``/``kwargs`` as one OpenVINO model.
+
+    ``model`` is an ``nn.Module``, a function or a ``torch.export.ExportedProgram`` (then without
+    ``args``, ``kwargs`` and ``dynamic_shapes``: it has its own). ``dynamic_shapes`` is
+    ``torch.export``'s: a ``Dim`` per dynamic input dim, whose bounds the IR's dims take.
+    ``options`` are fxvino's (``device`` and ``config`` for running the result here,
+    ``precision``, ``decompositions``, ``disabled_ops``).
+
+    Returns an :class:`ExportedModel`: callable like ``model``, ``.ov_model``, ``.save(path)``.
+    Raises :class:`ExportError` listing every op that does not lower, with its source line.
+    """
     from .build import export as _export
 
     return _export(model, args, kwargs, dynamic_shapes=dynamic_shapes, options=options)
