@@ -69,10 +69,25 @@ def test_round_trip_keeps_the_structure(mlp: Exported, tmp_path):
 
 
 def test_a_function_exports_too():
+    """Inputs named after the function's parameters; a boolean output stays boolean in the IR; an
+    output that is an input, or the same value twice, still gets names of its own."""
     x, w = torch.randn(3, 4), torch.randn(4, 2)
-    exported = fxvino.export(lambda a, b: (a @ b).relu() + 1, (x, w))
-    assert [p.any_name for p in exported.ov_model.inputs] == ["a", "b"]
-    torch.testing.assert_close(exported(x, w), (x @ w).relu() + 1)
+
+    def fn(a, b):
+        y = (a @ b).relu() + 1
+        return y, y > 1.5, a, y
+
+    exported = fxvino.export(fn, (x, w))
+    model = exported.ov_model
+    assert [p.get_names() for p in model.inputs] == [{"a"}, {"b"}]
+    assert [p.get_names() for p in model.outputs] == [{"output.0"}, {"output.1"}, {"output.2"}, {"output.3"}]
+    assert model.output("output.1").get_element_type() == ov.Type.boolean
+    y, mask, a, again = exported(x, w)
+    expected = (x @ w).relu() + 1
+    torch.testing.assert_close(y, expected)
+    torch.testing.assert_close(again, expected)
+    assert mask.dtype == torch.bool and torch.equal(mask, expected > 1.5)
+    torch.testing.assert_close(a, x)
 
 
 def test_an_unknown_result_type_comes_back_as_a_dict(gpt2: Exported, tmp_path, caplog):
