@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import importlib
 import json
 import logging
@@ -99,9 +100,25 @@ class Signature:
     in_spec: pytree.TreeSpec | None  # structure of (args, kwargs); None: flat positional tensors
     out_spec: pytree.TreeSpec | None  # structure of the result; None: a tuple of the leaves
 
-    @property
+    @functools.cached_property
     def tensor_inputs(self) -> list[Leaf]:
         return sorted((leaf for leaf in self.inputs if leaf.kind == "tensor"), key=lambda leaf: leaf.port)
+
+    @functools.cached_property
+    def _call(self) -> tuple[int, list[str], dict[str, Any], bool]:
+        """What binding a call needs, worked out once: the number of positional inputs, the
+        keywords, each keyword's value fixed at export (``_MISSING`` if it must be given), and
+        whether every argument is one leaf (no nested containers: the fast path)."""
+        args_spec, kwargs_spec = self.in_spec.children()
+        keys = list(kwargs_spec.context or [])
+        defaults = pytree.tree_unflatten(
+            [leaf.value if leaf.kind == "constant" else _MISSING for leaf in self.inputs], self.in_spec
+        )[1]
+        required = {
+            k: _MISSING if any(v is _MISSING for v in pytree.tree_leaves(defaults[k])) else defaults[k] for k in keys
+        }
+        flat = all(c.is_leaf() for c in args_spec.children()) and all(c.is_leaf() for c in kwargs_spec.children())
+        return args_spec.num_children, keys, required, flat
 
     def dims(self) -> dict[str, Dim]:
         """Every dynamic dimension of the inputs, by name."""
@@ -143,30 +160,26 @@ class Signature:
             if kwargs or len(args) != len(self.inputs):
                 raise TypeError(f"expected {len(self.inputs)} positional inputs: {self.expected()}")
             return list(args)
-        args_spec, kwargs_spec = self.in_spec.children()
-        keys = list(kwargs_spec.context or [])
-        if len(args) != args_spec.num_children:
+        positional, keys, defaults, flat = self._call
+        if len(args) != positional:
             raise TypeError(
-                f"the exported model takes {_call_form(args_spec.num_children, keys)} ({self.expected()}); "
+                f"the exported model takes {_call_form(positional, keys)} ({self.expected()}); "
                 f"got {len(args)} positional input(s)"
             )
-        unknown = [k for k in kwargs if k not in keys]
-        if unknown:
+        if len(kwargs) > len(keys) or any(k not in defaults for k in kwargs):
+            unknown = [k for k in kwargs if k not in defaults]
             raise TypeError(
                 f"unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
-                f"the exported model takes {_call_form(args_spec.num_children, keys)}: {self.expected()}"
+                f"the exported model takes {_call_form(positional, keys)}: {self.expected()}"
             )
-        defaults = pytree.tree_unflatten(
-            [leaf.value if leaf.kind == "constant" else _MISSING for leaf in self.inputs], self.in_spec
-        )[1]
         ordered = {}
         for k in keys:
-            if k in kwargs:
-                ordered[k] = kwargs[k]
-            elif any(v is _MISSING for v in pytree.tree_leaves(defaults[k])):
+            value = kwargs.get(k, defaults[k])  # an input fixed at export (``use_cache=False``) may be left out
+            if value is _MISSING:
                 raise TypeError(f"missing input {k!r}; the exported model takes: {self.expected()}")
-            else:  # an input fixed at export (``use_cache=False``) may be left out
-                ordered[k] = defaults[k]
+            ordered[k] = value
+        if flat:
+            return [*args, *ordered.values()]
         call = (tuple(args), ordered)
         try:  # the values at the signature's leaves, whatever they are (a list where a tensor goes)
             return self.in_spec.flatten_up_to(call)
@@ -180,6 +193,8 @@ class Signature:
         """The call's result in the structure the model returned (``out_spec``)."""
         if self.out_spec is None:
             return tuple(values)
+        if self.out_spec.is_leaf():  # one tensor, returned as it is
+            return values[0]
         return pytree.tree_unflatten(list(values), self.out_spec)
 
     # -- JSON -----------------------------------------------------------------------------------
