@@ -71,6 +71,7 @@ def freeze(program: ExportedProgram) -> FrozenGraph:
             frozen[i] = _state(program, spec.target)
         else:
             raise ExportError(f"fxvino.export: graph input {spec.arg.name} of kind {spec.kind.name} is not supported")
+    _drop_metadata_checks(gm)
     with torch.no_grad():
         folded = freezing.freeze_and_fold(gm, frozen)  # by placeholder position: before inlining
     for node, value in inlined:
@@ -78,6 +79,17 @@ def freeze(program: ExportedProgram) -> FrozenGraph:
     if inlined:
         gm.recompile()
     return FrozenGraph(gm, placeholders, constants, len(frozen), folded)
+
+
+def _drop_metadata_checks(gm: torch.fx.GraphModule) -> None:
+    """Erase ``_assert_tensor_metadata`` nodes: torch.export checks each ``.to(dtype)``'s input
+    with one, which on a weight is always true once it is a constant, and which gives an int8
+    weight a second user: the decompression of NNCF's compressed weights (``int8 -> f16 -> * scale``)
+    then no longer reads as one chain, and ``keep_compressed_weights`` would let it fold into an f32
+    weight. The runner checks every input's dtype at call time."""
+    for node in list(gm.graph.find_nodes(op="call_function", target=torch.ops.aten._assert_tensor_metadata.default)):
+        if not node.users:
+            gm.graph.erase_node(node)
 
 
 def _state(program: ExportedProgram, target: str) -> torch.Tensor:

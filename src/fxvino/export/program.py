@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -57,7 +58,13 @@ def _in_eval_mode(model: torch.nn.Module) -> Iterator[None]:
     """An exported IR is for inference: capture dropout and batch norm as in ``eval()``, then
     give every submodule its own mode back (the user's model is not left changed)."""
     modes = [(m, m.training) for m in model.modules()]
-    model.eval()
+    try:
+        model.eval()
+    except NotImplementedError:
+        # A PT2E-converted graph refuses eval() (torchao's ``_disallow_eval_train``): its dropout
+        # and batch norm are ops of the graph already, so only the flags are set, as eval() would.
+        for m, _ in modes:
+            m.training = False
     try:
         yield
     finally:
@@ -92,7 +99,34 @@ def capture(
             )
         model = _as_module(model)
     with _in_eval_mode(model), torch.no_grad():
-        return torch.export.export(model, tuple(args), dict(kwargs or {}), dynamic_shapes=dynamic_shapes, strict=False)
+        try:
+            return torch.export.export(
+                model, tuple(args), dict(kwargs or {}), dynamic_shapes=dynamic_shapes, strict=False
+            )
+        except Exception as e:
+            hint = _fake_quantize_hint(model)
+            if hint is None:
+                raise
+            raise ExportError(f"fxvino.export: torch.export failed ({type(e).__name__}); {hint}") from e
+
+
+def _fake_quantize_hint(model: torch.nn.Module) -> str | None:
+    """What to do instead when ``model`` holds fake-quantize modules, which torch.export cannot
+    capture: NNCF's quantizers (``nncf.quantize`` on an ``nn.Module``) and torch.ao's
+    ``FakeQuantize`` (what ``nncf.strip`` makes of them) branch on tensor values in their forward."""
+    kinds: list[type] = [torch.ao.quantization.FakeQuantizeBase]
+    layers = sys.modules.get("nncf.torch.quantization.layers")  # only if the model could hold them
+    if layers is not None:
+        kinds.append(layers.BaseQuantizer)
+    found = next((m for m in model.modules() if isinstance(m, tuple(kinds))), None)
+    if found is None:
+        return None
+    return (
+        f"the model holds fake-quantize modules ({type(found).__module__}.{type(found).__name__}), whose "
+        "value-dependent branches torch.export cannot capture. Quantize the exported graph instead, as "
+        "NNCF's PT2E flow does: nncf.quantize(torch.export.export(model, args).module(), dataset), or "
+        "PT2E's prepare_pt2e/convert_pt2e; then fxvino.export the result"
+    )
 
 
 def decomposition_table(options: Options) -> Mapping[torch._ops.OpOverload, Callable]:
