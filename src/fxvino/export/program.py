@@ -21,7 +21,9 @@ from torch.export import ExportedProgram
 from fxvino.capture import decompositions
 from fxvino.options import Options
 
+from .containers import register_known_containers
 from .errors import ExportError
+from .signature import plain_spec
 
 
 class _Function(torch.nn.Module):
@@ -98,9 +100,10 @@ def capture(
                 f"fxvino.export takes an nn.Module, a function or an ExportedProgram, got {type(model).__name__}"
             )
         model = _as_module(model)
+    register_known_containers()  # a decoder's DynamicCache, in its result or its inputs
     with _in_eval_mode(model), torch.no_grad():
         try:
-            return torch.export.export(
+            captured = torch.export.export(
                 model, tuple(args), dict(kwargs or {}), dynamic_shapes=dynamic_shapes, strict=False
             )
         except Exception as e:
@@ -108,6 +111,7 @@ def capture(
             if hint is None:
                 raise
             raise ExportError(f"fxvino.export: torch.export failed ({type(e).__name__}); {hint}") from e
+    return captured
 
 
 def _fake_quantize_hint(model: torch.nn.Module) -> str | None:
@@ -148,7 +152,37 @@ def decomposition_table(options: Options) -> Mapping[torch._ops.OpOverload, Call
 
 def decompose(program: ExportedProgram, options: Options) -> ExportedProgram:
     """``program`` in the ops the lowering registry knows (a new program; the given one is kept)."""
-    return program.run_decompositions(decomposition_table(options))
+    with _flat_call(program) as (in_spec, out_spec):
+        decomposed = program.run_decompositions(decomposition_table(options))
+    if in_spec is not None:
+        signature = decomposed.module_call_graph[0].signature
+        signature.in_spec, signature.out_spec = in_spec, out_spec
+    return decomposed
+
+
+@contextlib.contextmanager
+def _flat_call(program: ExportedProgram) -> Iterator[tuple[Any, Any]]:
+    """``program``'s inputs and results in plain containers while it is decomposed; yields their
+    real structures (``(None, None)`` when it has none).
+
+    ``run_decompositions`` traces the program again, rebuilding the containers of its inputs and
+    result from their leaves and flattening them. Rebuilding transformers' ``DynamicCache``
+    computes (each layer starts from ``torch.tensor([])`` and concatenates the keys to it): the
+    retrace then holds constants it loses ("Constant tensor lifted_tensor_0 is not in the
+    constants dictionary"). Dicts and tuples of the same leaves rebuild without computing (and
+    keep the arguments' names); the structures are put back on the decomposed program.
+    """
+    graph = program.module_call_graph
+    signature = graph[0].signature if graph and graph[0].fqn == "" else None
+    if signature is None or signature.in_spec is None or signature.out_spec is None:
+        yield None, None
+        return
+    in_spec, out_spec = signature.in_spec, signature.out_spec
+    signature.in_spec, signature.out_spec = plain_spec(in_spec), plain_spec(out_spec)
+    try:
+        yield in_spec, out_spec
+    finally:
+        signature.in_spec, signature.out_spec = in_spec, out_spec
 
 
 def input_dim_names(

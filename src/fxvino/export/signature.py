@@ -14,11 +14,13 @@ import functools
 import importlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+
+from .containers import register_known_containers
 
 logger = logging.getLogger("fxvino")
 
@@ -111,12 +113,13 @@ class Signature:
         whether every argument is one leaf (no nested containers: the fast path)."""
         args_spec, kwargs_spec = self.in_spec.children()
         keys = list(kwargs_spec.context or [])
-        defaults = pytree.tree_unflatten(
-            [leaf.value if leaf.kind == "constant" else _MISSING for leaf in self.inputs], self.in_spec
-        )[1]
-        required = {
-            k: _MISSING if any(v is _MISSING for v in pytree.tree_leaves(defaults[k])) else defaults[k] for k in keys
-        }
+        # Placeholders go through plain containers: a DynamicCache cannot be built of them.
+        values = [leaf.value if leaf.kind == "constant" else _MISSING for leaf in self.inputs]
+        defaults = pytree.tree_unflatten(values, plain_spec(self.in_spec))[1]
+        required: dict[str, Any] = {}
+        for k, spec in zip(keys, kwargs_spec.children(), strict=True):
+            known = pytree.tree_leaves(defaults[k])
+            required[k] = _MISSING if any(v is _MISSING for v in known) else pytree.tree_unflatten(known, spec)
         flat = all(c.is_leaf() for c in args_spec.children()) and all(c.is_leaf() for c in kwargs_spec.children())
         return args_spec.num_children, keys, required, flat
 
@@ -290,9 +293,52 @@ def path_name(path: Sequence[Any]) -> str:
 
 
 def leaf_paths(spec: pytree.TreeSpec) -> list[Sequence[Any]]:
-    """The key path of each leaf of ``spec``, read off a tree of placeholders built from it."""
-    tree = pytree.tree_unflatten(list(range(spec.num_leaves)), spec)
-    return [path for path, _ in pytree.tree_flatten_with_path(tree)[0]]
+    """The key path of each leaf of ``spec``, read off a tree of placeholders built from it, or,
+    for containers that cannot hold placeholders, off the structure itself (``_spec_paths``)."""
+    try:
+        tree = pytree.tree_unflatten(list(range(spec.num_leaves)), spec)
+        return [path for path, _ in pytree.tree_flatten_with_path(tree)[0]]
+    except Exception:  # noqa: BLE001 - a container that computes on its leaves (DynamicCache)
+        return list(_spec_paths(spec, ()))
+
+
+def child_keys(spec: pytree.TreeSpec) -> list[str] | None:
+    """The names of ``spec``'s children where its context lists one string per child (dicts,
+    ``ModelOutput``; ``DynamicCache``, whose context is ``[keys, layout]``), else None."""
+    n = len(spec.children())
+    context = spec.context
+    for candidate in (context, context[0] if isinstance(context, (list, tuple)) and context else None):
+        if isinstance(candidate, (list, tuple)) and _names(list(candidate), n):
+            return list(candidate)
+    return None
+
+
+def plain_spec(spec: pytree.TreeSpec) -> pytree.TreeSpec:
+    """``spec`` with every container other than tuples, lists and dicts made a dict of the same
+    keys (or a tuple): the same leaves in the same order, rebuilt without anyone's code."""
+    if spec.is_leaf():
+        return spec
+    children = [plain_spec(c) for c in spec.children()]
+    if spec.type in (tuple, list, dict):
+        return pytree.TreeSpec(spec.type, spec.context, children)
+    keys = child_keys(spec)
+    if keys is not None:
+        return pytree.TreeSpec(dict, keys, children)
+    return pytree.TreeSpec(tuple, None, children)
+
+
+def _spec_paths(spec: pytree.TreeSpec, prefix: tuple[Any, ...]) -> Iterator[tuple[Any, ...]]:
+    """Key paths from the structure alone: a child is named by its key where the node's context
+    lists one string per child (dicts, ``ModelOutput``; ``DynamicCache``'s ``[keys, layout]``),
+    else by its position."""
+    if spec.is_leaf():
+        yield prefix
+        return
+    children = spec.children()
+    keys = child_keys(spec)
+    for i, child in enumerate(children):
+        key = pytree.MappingKey(keys[i]) if keys is not None else pytree.SequenceKey(i)
+        yield from _spec_paths(child, (*prefix, key))
 
 
 def dump_spec(spec: pytree.TreeSpec | None) -> Any:
@@ -330,6 +376,7 @@ def load_spec(saved: Any) -> pytree.TreeSpec | None:
             importlib.import_module(module)
         except Exception as e:  # noqa: BLE001 - any failure leaves the type unknown: handled below
             logger.debug("fxvino.load: importing %s for the saved structure failed: %s", module, e)
+    register_known_containers()  # DynamicCache: a pytree node only once transformers registers it
     unknown = _types(root) - set(pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE)
     if unknown:
         logger.warning(
@@ -352,11 +399,22 @@ def _plain(node: dict[str, Any], unknown: set[str]) -> dict[str, Any]:
     node = dict(node, children_spec=[_plain(c, unknown) for c in node.get("children_spec", ())])
     if node.get("type") in unknown:
         try:
-            keys = json.loads(node["context"])
+            context = json.loads(node["context"])
         except (TypeError, ValueError):
-            keys = None
-        if isinstance(keys, list) and len(keys) == len(node["children_spec"]) and all(isinstance(k, str) for k in keys):
-            node["type"] = "builtins.dict"
+            context = None
+        n = len(node["children_spec"])
+        keys = next((c for c in (context, _head(context)) if _names(c, n)), None)  # DynamicCache: [keys, layout]
+        if keys is not None:
+            node["type"], node["context"] = "builtins.dict", json.dumps(keys)
         else:
             node["type"], node["context"] = "builtins.tuple", "null"
     return node
+
+
+def _head(context: Any) -> Any:
+    return context[0] if isinstance(context, list) and context else None
+
+
+def _names(keys: Any, n: int) -> bool:
+    """Whether ``keys`` names ``n`` children: a list of ``n`` strings."""
+    return isinstance(keys, list) and len(keys) == n and all(isinstance(k, str) for k in keys)
