@@ -1,4 +1,4 @@
-"""The ``fxvino`` command: ``ops`` (what lowers), ``explain`` (what ran where), ``demo``."""
+"""The ``fxvino`` command: ``ops`` (what lowers), ``explain`` (what ran where), ``export-llm``, ``demo``."""
 
 from __future__ import annotations
 
@@ -129,6 +129,33 @@ def _cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_llm(args: argparse.Namespace) -> int:
+    """A Hugging Face model directory (``save_pretrained`` of the model and its tokenizer) to a
+    directory ``openvino_genai.LLMPipeline`` loads."""
+    from pathlib import Path
+
+    source = Path(args.model).expanduser()
+    if not (source / "config.json").is_file():
+        raise SystemExit(
+            f"fxvino export-llm: {source} has no config.json; give a directory written by the model's "
+            "save_pretrained (with its tokenizer's files beside it)"
+        )
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from fxvino.export.llm import export_llm
+
+    print(f"loading {source}...", file=sys.stderr)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError) as e:
+        why = f"no tokenizer in {source} ({e}); save it there with save_pretrained"
+        raise SystemExit(f"fxvino export-llm: {why}") from e
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    out = export_llm(model, tokenizer, args.output, weights=args.weights, group_size=args.group_size)
+    print(f"wrote {out}: openvino_genai.LLMPipeline({str(out)!r}, {'CPU'!r}) loads it")
+    return 0
+
+
 def _strikes(record: dict) -> int:
     from fxvino.cache.store import ASIDE_STRIKES
 
@@ -166,6 +193,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["info", "clear"])
     p.add_argument("--dir", default=None, help="cache directory (default: the per-user one, as cache_dir)")
     p.set_defaults(fn=_cache)
+    p = sub.add_parser("export-llm", help="a causal LM directory to a stateful IR for OpenVINO GenAI's LLMPipeline")
+    p.add_argument("model", help="directory with the model's and its tokenizer's save_pretrained files")
+    p.add_argument("output", help="directory to write (the decoder IR, tokenizer IRs and configs)")
+    p.add_argument("--weights", default="f32", choices=["f32", "int8", "int4"], help="weight precision in the IR")
+    p.add_argument("--group-size", type=int, default=128, help="int4: inputs per quantization group")
+    p.set_defaults(fn=_export_llm)
     p = sub.add_parser("demo", help="the demo (make demo): BERT-base, eager vs fxvino")
     p.set_defaults(fn=lambda a: __import__("fxvino.tools.demo", fromlist=["main"]).main([]))
     return parser
