@@ -316,6 +316,31 @@ def test_nncf_quantize_runs_int8_on_openvino():
     assert (out - expected).abs().max() <= 0.05 * expected.abs().max()
 
 
+def test_openvino_quantizer_flow_runs_int8_on_openvino():
+    """The flow of PyTorch's tutorial "PyTorch 2 Export Quantization for OpenVINO torch.compile
+    Backend": NNCF's ``quantize_pt2e`` with ExecuTorch's ``OpenVINOQuantizer``, then torch.compile.
+    Every product runs on OpenVINO in int8, as in OpenVINO's own conversion of the same graph,
+    except where the quantizer leaves a product in float (the result says which)."""
+    nncf = pytest.importorskip("nncf")
+    quantizer = pytest.importorskip("executorch.backends.openvino.quantizer", reason="ExecuTorch is not installed")
+    from nncf.experimental.torch.fx import quantize_pt2e
+
+    torch.manual_seed(0)
+    model, x = _Net().eval(), torch.randn(2, 3, 16, 16)
+    calibration = nncf.Dataset([torch.randn(2, 3, 16, 16) for _ in range(4)])
+    exported = torch.export.export(model, (x,)).module()
+    quantized = quantize_pt2e(exported, quantizer.OpenVINOQuantizer(), calibration, subset_size=4)
+    out, report = run_fxvino(quantized, x)
+    assert_all_on_openvino(report)
+    native = ov.Core().compile_model(ov.convert_model(torch.export.export(quantized, (x,))), "CPU")
+    torch.testing.assert_close(out, torch.from_numpy(native(x.numpy())[0]), atol=1e-3, rtol=0)
+    precisions = _runtime_precisions(report, ("Convolution", "FullyConnected"))
+    assert precisions & {"u8", "i8"}, str(report)  # int8 products
+    assert _weight_types(report) == ["i8"]  # the linear's weight stays int8
+    expected = quantized(x)
+    assert (out - expected).abs().max() <= 0.05 * expected.abs().max()
+
+
 @pytest.mark.parametrize(
     ("mode", "group_size", "stored"),
     [("INT8_SYM", None, "i8"), ("INT8_ASYM", None, "u8"), ("INT4_SYM", 64, "i4"), ("INT4_ASYM", 64, "u4")],
