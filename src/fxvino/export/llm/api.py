@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from fxvino.export.model import ExportedModel
 from . import stateful
 from . import tokenizer as tokenizers
 from .decoder import FlatKVDecoder, example_inputs, kv_layout
+from .weights import compress
 
 MODEL_XML = "openvino_model.xml"
 WEIGHTS = ("f32", "int8", "int4")
@@ -37,19 +40,37 @@ class _Progress:
             self.say(f"{msg} ({time.perf_counter() - self.start:.1f} s)")
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Hold Python's cyclic collector off while torch.export traces: tracing keeps about a million
+    objects alive, and every full collection its allocations trigger scans them all (the reason
+    ``capture/aot.py`` pauses it around a compile). The garbage goes at the next collection."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def export_llm(
     model: Any,
     tokenizer: Any,
     path: str | Path,
     *,
     weights: str = "f32",
+    group_size: int = 128,
     kv_cache_precision: str | None = "f32",
     progress: bool | Callable[[str], None] = True,
 ) -> Path:
     """Write ``model`` (a transformers causal LM) and ``tokenizer`` (its Hugging Face tokenizer) to
     ``path`` as a stateful decoder IR with its tokenizer IRs, for ``openvino_genai.LLMPipeline``.
 
-    ``weights``: ``"f32"`` keeps the model's weights as they are. ``kv_cache_precision`` is stored
+    ``weights``: ``"f32"`` keeps the model's weights as they are (a model quantized in PyTorch
+    exports as it runs); ``"int8"`` compresses every product's weights to 8 bits per output
+    channel, ``"int4"`` to 4 bits in groups of ``group_size`` inputs with the embedding and output
+    layer in 8 bits (NNCF on the IR: ``weights.py``). ``kv_cache_precision`` is stored
     in the IR as a run-time option OpenVINO applies when it compiles the model: ``"f32"`` keeps the
     cache exact (OpenVINO's CPU default is u8, which changes logits), ``None`` leaves the device's
     default. Greedy tokens equal eager PyTorch's when the pipeline also computes in f32: on CPUs
@@ -58,8 +79,6 @@ def export_llm(
     """
     if weights not in WEIGHTS:
         raise ValueError(f"export_llm: weights={weights!r}; valid: {', '.join(WEIGHTS)}")
-    if weights != "f32":
-        raise NotImplementedError(f"export_llm: weights={weights!r} is not implemented yet; valid today: 'f32'")
     say = _Progress(progress)
     directory = Path(path).expanduser()
     if directory.exists() and not directory.is_dir():
@@ -67,6 +86,9 @@ def export_llm(
 
     exported = stateful_decoder(model, say)
     decoder = exported.ov_model
+    if weights != "f32":
+        decoder = compress(decoder, weights, group_size)
+        say(f"weights compressed to {weights}")
     if kv_cache_precision is not None:
         decoder.set_rt_info(kv_cache_precision, ["runtime_options", "KV_CACHE_PRECISION"])
     directory.mkdir(parents=True, exist_ok=True)
@@ -98,7 +120,8 @@ def stateful_decoder(model: Any, say: Callable[[str], None] = lambda msg: None) 
         f"({str(layout.dtype).removeprefix('torch.')}); capturing and lowering"
     )
     args, shapes = example_inputs(layout, model.config.get_text_config().vocab_size)
-    exported = export(FlatKVDecoder(model, layout.layers), args, dynamic_shapes=shapes)
+    with _gc_paused():
+        exported = export(FlatKVDecoder(model, layout.layers), args, dynamic_shapes=shapes)
     say(f"lowered: {sum(exported.report.ov_ops.values())} ops")
     stateful.name_ports(exported.ov_model, layout)
     stateful.make_stateful(exported.ov_model, layout)
