@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
 from fxvino.capture import decompositions
@@ -230,4 +231,12 @@ def _walk_dims(value: Any, spec: Any, names: dict[int, dict[int, str]]) -> None:
                 _walk_dims(v, spec[k], names)
     elif isinstance(value, (tuple, list)) and isinstance(spec, (tuple, list)):
         for v, s in zip(value, spec, strict=False):
+            _walk_dims(v, s, names)
+    elif isinstance(spec, (tuple, list)) and type(value) in pytree.SUPPORTED_NODES:
+        # Another pytree node (a DynamicCache, an EncoderDecoderCache): its spec lists its children's.
+        try:
+            children, _ = pytree.SUPPORTED_NODES[type(value)].flatten_fn(value)
+        except Exception:  # noqa: BLE001 - a node that cannot be flattened here: no names from it
+            return
+        for v, s in zip(children, spec, strict=False):
             _walk_dims(v, s, names)
