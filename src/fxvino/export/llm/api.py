@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -75,7 +77,9 @@ def export_llm(
     cache exact (OpenVINO's CPU default is u8, which changes logits), ``None`` leaves the device's
     default. Greedy tokens equal eager PyTorch's when the pipeline also computes in f32: on CPUs
     with bf16 kernels pass ``INFERENCE_PRECISION_HINT="f32"`` to ``LLMPipeline`` (OpenVINO does not
-    read that hint from the model file). Returns the directory.
+    read that hint from the model file). Special token ids past the model's logits are left out of
+    the config files written, with a warning (GenAI would index the logits by them unchecked), and a
+    tokenizer whose end token is past them is refused. Returns the directory.
     """
     if weights not in WEIGHTS:
         raise ValueError(f"export_llm: weights={weights!r}; valid: {', '.join(WEIGHTS)}")
@@ -91,16 +95,68 @@ def export_llm(
         say(f"weights compressed to {weights}")
     if kv_cache_precision is not None:
         decoder.set_rt_info(kv_cache_precision, ["runtime_options", "KV_CACHE_PRECISION"])
+    vocab = decoder.output(stateful.LOGITS).get_partial_shape()[-1].get_length()
+    _check_tokenizer_ids(tokenizer, vocab)
     directory.mkdir(parents=True, exist_ok=True)
     ov.save_model(decoder, directory / MODEL_XML, compress_to_fp16=False)
     say(f"wrote {MODEL_XML}")
-    model.config.save_pretrained(directory)
+    _in_vocab(model.config, vocab, "config.json").save_pretrained(directory)
     generation = getattr(model, "generation_config", None)
     if generation is not None:
-        generation.save_pretrained(directory)
+        _in_vocab(generation, vocab, "generation_config.json").save_pretrained(directory)
     tokenizers.save(tokenizer, directory)
     say(f"wrote {tokenizers.TOKENIZER_XML} and {tokenizers.DETOKENIZER_XML}")
     return directory
+
+
+# The special tokens GenAI reads off config.json and generation_config.json. Its sampler indexes
+# the logits by the stop tokens without a bounds check (``EOSPenaltyTransform`` writes -inf at
+# ``logits[eos]`` while fewer than ``min_new_tokens`` are generated): an id past the vocabulary
+# writes past the logits buffer into the heap.
+SPECIAL_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def _in_vocab(config: Any, vocab: int, name: str) -> Any:
+    """``config`` (a model's config or generation config) to be written as ``name``, its special
+    token ids outside ``[0, vocab)`` dropped, with a warning; the model's own object is left as it is.
+
+    A model never produces a token past its logits, so such an id (a small config that kept its
+    full-size model's ids, as GPT-2's 50256 and Phi-3's 32000 in 1,000 tokens) never ends
+    generation in transformers either; without it GenAI stops on the tokenizer's end token.
+    """
+    dropped: dict[str, Any] = {}
+    kept: dict[str, Any] = {}
+    for key in SPECIAL_IDS:
+        value = getattr(config, key, None)
+        if value is None:
+            continue
+        ids = [value] if isinstance(value, int) else list(value)
+        valid = [i for i in ids if 0 <= i < vocab]
+        if len(valid) != len(ids):
+            dropped[key] = value
+            kept[key] = (valid[0] if valid else None) if isinstance(value, int) else (valid or None)
+    if not dropped:
+        return config
+    warnings.warn(
+        f"export_llm: {name} without {dropped}: outside the model's {vocab} tokens (GenAI would write past its "
+        "logits at those ids)",
+        stacklevel=3,
+    )
+    config = copy.deepcopy(config)
+    for key, value in kept.items():
+        setattr(config, key, value)
+    return config
+
+
+def _check_tokenizer_ids(tokenizer: Any, vocab: int) -> None:
+    """A tokenizer whose end token is past the model's logits does not belong to the model (GenAI
+    stops on it, indexing the logits by it: see ``SPECIAL_IDS``)."""
+    eos = getattr(tokenizer, "eos_token_id", None)
+    if isinstance(eos, int) and not 0 <= eos < vocab:
+        raise ValueError(
+            f"export_llm: the tokenizer's end token {eos} is outside the model's {vocab} tokens; "
+            "give the model's own tokenizer"
+        )
 
 
 def stateful_decoder(model: Any, say: Callable[[str], None] = lambda msg: None) -> ExportedModel:
