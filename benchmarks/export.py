@@ -128,17 +128,23 @@ def _cell(value: Any) -> str:
     return "fails" if value is not None else "-"
 
 
-def _child(args: list[str], timeout: float) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "benchmarks.export", *args]
+def run_child(module: str, args: list[str], timeout: float, prefix: str) -> dict[str, Any]:
+    """``python -m module *args`` in a fresh process: its last ``prefix`` line as JSON, or
+    ``{"error": ...}`` when it crashed, failed or timed out (one model's crash costs one row)."""
+    cmd = [sys.executable, "-m", module, *args]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT)]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(prefix)]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1][:200]
         return {"error": f"exit {proc.returncode}: {tail}"}
-    return json.loads(lines[-1][len(RESULT) :])
+    return json.loads(lines[-1][len(prefix) :])
+
+
+def _child(args: list[str], timeout: float) -> dict[str, Any]:
+    return run_child("benchmarks.export", args, timeout, RESULT)
 
 
 def coverage(names: list[str], out: Path | None) -> int:

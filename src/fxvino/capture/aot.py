@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import gc
 import itertools
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -32,6 +31,7 @@ from fxvino.report import Fallback, GraphReport, publish
 from fxvino.runtime import superseded
 from fxvino.runtime.frozen_weights import FrozenWeights
 from fxvino.training import aot as training
+from fxvino.utils.collector import gc_paused
 from fxvino.utils.fx import aot_metadata, contiguous_group_norm_inputs, graph_forward
 
 logger = logging.getLogger("fxvino")
@@ -39,24 +39,6 @@ aten = torch.ops.aten
 
 # Exceptions Dynamo uses to restart analysis or skip a frame: they must reach Dynamo.
 _DYNAMO_CONTROL_FLOW = (torch._dynamo.exc.RestartAnalysis, torch._dynamo.exc.SkipFrame)
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Hold off Python's cyclic garbage collector while a graph is compiled.
-
-    Tracing leaves about a million objects alive, so each full collection that the compile's
-    allocations trigger scans all of them: three or four such collections cost 1-4 s of a
-    BERT-base cold start on this machine (lowering alone went from 0.1 s to 0.7 s). The garbage
-    is still collected, by the first collection after the compile.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 @contextlib.contextmanager
@@ -110,7 +92,7 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
         **(training.aot_partitioning() if options.aot_autograd else {}),
     )
     try:
-        with _gc_paused(), training.backward_compiled_early() if options.aot_autograd else contextlib.nullcontext():
+        with gc_paused(), training.backward_compiled_early() if options.aot_autograd else contextlib.nullcontext():
             compiled = backend(gm, example_inputs)
         # Only when the graph takes Dynamo's own arguments: no lifted parameters, no deduplication.
         if direct and direct[0][1] == len(example_inputs) and plain_call:
@@ -139,7 +121,7 @@ def _compile_specialized(
         return None
     special, values = made
     try:
-        with _gc_paused():
+        with gc_paused():
             compiled = backend(special, example_inputs)
     except _DYNAMO_CONTROL_FLOW:
         raise
@@ -223,7 +205,7 @@ def _refreeze(
     logger.info("fxvino: graph %s: %s; compiling it again as %s", name, why, report.name)
     try:
         work = _LazyGraphModule(gm, copy.deepcopy(gm.graph))
-        with _gc_paused(), torch.no_grad(), _outside_callers_modes():
+        with gc_paused(), torch.no_grad(), _outside_callers_modes():
             report.folded_nodes = freezing.freeze_and_fold(work, frozen)
             runner = _partition(work, options, report, mutated)
     except Exception as e:  # noqa: BLE001 - the caller runs the weights-as-inputs graph instead
@@ -250,7 +232,7 @@ def _compile_unfrozen(
     )
     try:
         work = _LazyGraphModule(gm, copy.deepcopy(gm.graph))
-        with _gc_paused(), _outside_callers_modes():
+        with gc_paused(), _outside_callers_modes():
             runner = _partition(work, options, report, mutated)
     except Exception as e:  # noqa: BLE001 - degrade, never crash the model
         runner = _graph_fallback(gm, report, e)

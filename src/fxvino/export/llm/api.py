@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import gc
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import openvino as ov
 
 from fxvino.export.model import ExportedModel
+from fxvino.utils.collector import gc_paused
 
 from . import stateful
 from . import tokenizer as tokenizers
@@ -40,20 +39,6 @@ class _Progress:
     def __call__(self, msg: str) -> None:
         if self.say is not None:
             self.say(f"{msg} ({time.perf_counter() - self.start:.1f} s)")
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Hold Python's cyclic collector off while torch.export traces: tracing keeps about a million
-    objects alive, and every full collection its allocations trigger scans them all (the reason
-    ``capture/aot.py`` pauses it around a compile). The garbage goes at the next collection."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def export_llm(
@@ -176,7 +161,7 @@ def stateful_decoder(model: Any, say: Callable[[str], None] = lambda msg: None) 
         f"({str(layout.dtype).removeprefix('torch.')}); capturing and lowering"
     )
     args, shapes = example_inputs(layout, model.config.get_text_config().vocab_size)
-    with _gc_paused():
+    with gc_paused():
         exported = export(FlatKVDecoder(model, layout.layers), args, dynamic_shapes=shapes)
     say(f"lowered: {sum(exported.report.ov_ops.values())} ops")
     stateful.name_ports(exported.ov_model, layout)
