@@ -121,7 +121,7 @@ def test_bad_paths_and_manifests(mlp: Exported, tmp_path):
     shutil.copytree(mlp.saved, broken)
     manifest = json.loads((broken / "fxvino_manifest.json").read_text())
     (broken / "fxvino_manifest.json").write_text(json.dumps({**manifest, "format_version": 99}))
-    with pytest.raises(ValueError, match="format_version 99; this fxvino reads versions up to 1"):
+    with pytest.raises(ValueError, match="format_version 99; this fxvino reads versions up to 2"):
         fxvino.load(broken)
     (broken / "fxvino_manifest.json").write_text("{")
     with pytest.raises(ValueError, match="is not valid JSON"):

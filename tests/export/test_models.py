@@ -72,6 +72,54 @@ def test_cnn(tmp_path):
     assert executed(loaded.compiled_model)["Convolution"] >= 2
 
 
+def _reads_a_parameter(result) -> bool:
+    """Whether an IR Result returns a Parameter (through Converts)."""
+    node = result.input_value(0).get_node()
+    while node.get_type_name() == "Convert":
+        node = node.input_value(0).get_node()
+    return node.get_type_name() == "Parameter"
+
+
+def test_an_input_returned_unchanged_is_not_an_output_of_the_ir(tmp_path):
+    """Outputs that are inputs returned unchanged have no Result in the IR (OpenVINO 2026.4's
+    CPU plugin corrupted the heap around a same-type Convert of a Parameter that also feeds an
+    SDPA, with input shapes changing between calls); the manifest says which input each returns,
+    and a call returns the caller's tensor itself where eager does, an equal copy after a clone."""
+
+    class Attend(torch.nn.Module):
+        def forward(self, q, k, v, keep):
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+            return {"out": out * keep.to(out.dtype), "k": k, "v": v.clone(), "keep": keep}
+
+    def call(new: int, past: int) -> tuple[torch.Tensor, ...]:
+        q = torch.randn(1, 4, new, 16)
+        return q, torch.randn(1, 4, past, 16), torch.randn(1, 4, past, 16), torch.rand(1, 4, new, 16) > 0.5
+
+    new, past = torch.export.Dim("new", max=16), torch.export.Dim("past", max=64)
+    model = Attend()
+    exported = fxvino.export(model, call(2, 7), dynamic_shapes=({2: new}, {2: past}, {2: past}, {2: new}))
+    assert [p.any_name for p in exported.ov_model.outputs] == ["out"]
+    assert not any(_reads_a_parameter(r) for r in exported.ov_model.get_results())
+    loaded = fxvino.load(exported.save(tmp_path / "attend"))
+    manifest = json.loads((tmp_path / "attend" / "fxvino_manifest.json").read_text())
+    assert manifest["format_version"] == 2
+    assert [(o["name"], o["kind"], o.get("input"), o.get("copy")) for o in manifest["outputs"]] == [
+        ("out", "tensor", None, None),
+        ("k_1", "input", "k", False),
+        ("v_1", "input", "v", True),
+        ("keep_1", "input", "keep", False),
+    ]
+    for run in (exported, loaded):
+        for shapes in [(2, 7), (2, 3), (1, 16), (2, 3), (8, 64), (1, 1)]:
+            q, k, v, keep = args = call(*shapes)
+            got = run(*args)
+            with torch.no_grad():
+                expected = model(*args)
+            torch.testing.assert_close(got["out"], expected["out"], **TOL)
+            assert got["k"] is k is expected["k"] and got["keep"] is keep is expected["keep"]
+            assert got["v"] is not v and torch.equal(got["v"], v) and expected["v"] is not v
+
+
 @pytest.mark.parametrize("shape", [(2, 8), (1, 13), (3, 40)])
 def test_gpt2_dynamic(gpt2: Exported, shape):
     if shape == (2, 8):

@@ -20,7 +20,9 @@ MANIFEST = "fxvino_manifest.json"
 MODEL_XML = "openvino_model.xml"
 MODEL_BIN = "openvino_model.bin"
 FORMAT = "fxvino.export"
-FORMAT_VERSION = 1
+# 2: outputs of kind "input" (an input returned unchanged, which the IR does not output). A
+# manifest without them is written as version 1, which older fxvino reads as well.
+FORMAT_VERSION = 2
 
 
 @dataclasses.dataclass
@@ -39,7 +41,7 @@ class Manifest:
     def to_json(self) -> dict[str, Any]:
         return {
             "format": FORMAT,
-            "format_version": FORMAT_VERSION,
+            "format_version": 2 if any(leaf.kind == "input" for leaf in self.signature.outputs) else 1,
             "model": self.model_xml,
             "versions": self.versions,
             **self.signature.to_json(),

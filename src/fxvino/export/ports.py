@@ -22,6 +22,7 @@ from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
 from fxvino.lowering.convert import LoweredGraph
+from fxvino.utils.dtypes import OV_TO_TORCH
 
 from .frozen import FrozenGraph
 from .signature import Dim, Leaf, Signature, json_value, leaf_paths, path_name
@@ -119,6 +120,21 @@ def name_ports(
         paths = None
     output_node = next(iter(frozen.gm.graph.find_nodes(op="output")))
     results = pytree.tree_leaves(output_node.args[0])
+    # Outputs that are inputs returned unchanged leave the IR: the caller has them already, and the
+    # CPU plugin of OpenVINO 2026.4 frees wrongly around a Result that converts a Parameter to its
+    # own type (what _own_tensor below would make of them) while the Parameter also feeds an SDPA
+    # and inputs change shape between calls: BART's decode step returns its cross-attention cache
+    # so, and heap corruption aborted the process on its fourth call.
+    placeholder_of = {port: node for node, port in port_of.items()}
+    ov_results = model.get_results()
+    passed = {
+        spec.index: port
+        for spec in lowered.outputs
+        if spec.kind == "tensor" and (port := _passed_input(model, ov_results[spec.index], spec.dtype)) is not None
+    }
+    for index in passed:
+        model.remove_result(ov_results[index])
+    input_leaf = {leaf.port: leaf for leaf in inputs if leaf.kind == "tensor"}
     outputs: list[Leaf] = []
     for k, spec in enumerate(lowered.outputs):
         name = path_name(paths[k]) if paths is not None and k < len(paths) else f"output.{k}"
@@ -126,13 +142,19 @@ def name_ports(
         if spec.kind == "python":
             outputs.append(Leaf(name, "constant", value=json_value(spec.value)))
             continue
+        if spec.index in passed:
+            source = input_leaf[passed[spec.index]]
+            copy = _copies(placeholder_of[source.port], results[k])
+            outputs.append(Leaf(name, "input", source.dtype, source.shape, source=source.name, copy=copy))
+            continue
+        index = spec.index - sum(1 for i in passed if i < spec.index)  # the removed Results' ports are gone
         val = results[k].meta.get("val") if isinstance(results[k], torch.fx.Node) else None
-        _own_tensor(model, spec.index, to_bool=spec.dtype == torch.bool)
-        model.output(spec.index).get_tensor().set_names({name})
+        _own_tensor(model, index, to_bool=spec.dtype == torch.bool)
+        model.output(index).get_tensor().set_names({name})
         if spec.kind == "tensor":
-            outputs.append(Leaf(name, "tensor", spec.dtype, tuple(dims.of(s) for s in val.shape), port=spec.index))
+            outputs.append(Leaf(name, "tensor", spec.dtype, tuple(dims.of(s) for s in val.shape), port=index))
         else:
-            outputs.append(Leaf(name, spec.kind, port=spec.index))
+            outputs.append(Leaf(name, spec.kind, port=index))
     model.validate_nodes_and_infer_types()
     return Signature(inputs, outputs, in_spec, out_spec)
 
@@ -156,6 +178,58 @@ def _unique(name: str, used: set[str]) -> str:
         candidate, n = f"{name}_{n}", n + 1
     used.add(candidate)
     return candidate
+
+
+def _passed_input(model: ov.Model, result: ov.Node, dtype: torch.dtype | None) -> int | None:
+    """The input port whose Parameter ``result`` returns unchanged, or None.
+
+    The lowering returns an input (``clone``, ``alias``, a cache rebuilt by concatenating it to
+    nothing) as its Parameter itself, or through a Convert to its own type; a boolean one through
+    a Convert to u8, the type boolean outputs leave in (the runtime views it as bool).
+    """
+    value = result.input_value(0)
+    node = value.get_node()
+    while node.get_type_name() == "Convert":
+        source = node.input_value(0)
+        have, want = source.get_element_type(), value.get_element_type()
+        if have != want and not (have == ov.Type.boolean and want == ov.Type.u8 and dtype == torch.bool):
+            return None
+        value, node = source, source.get_node()
+    if node.get_type_name() != "Parameter" or OV_TO_TORCH.get(node.get_element_type()) != dtype:
+        return None  # (a u8 input returned as bool is a cast, not the input)
+    return model.get_parameter_index(node)
+
+
+_COPYING = frozenset(
+    {
+        torch.ops.aten.clone.default,
+        torch.ops.aten._to_copy.default,
+        torch.ops.aten.copy.default,
+        torch.ops.aten.lift_fresh_copy.default,
+    }
+)
+
+
+def _copies(placeholder: torch.fx.Node, output: torch.fx.Node) -> bool:
+    """Whether ``output``, computed from ``placeholder`` without changing a value, passed
+    through a copy on the way (``x.clone()``): then eager returns a new tensor, else (the
+    input itself, an ``alias``, a cache concatenating it to nothing) the caller's own."""
+    ancestors, stack = set(), [output]
+    while stack:
+        node = stack.pop()
+        if node not in ancestors:
+            ancestors.add(node)
+            stack.extend(node.all_input_nodes)
+    seen, stack = set(), [placeholder]
+    while stack:  # the nodes on a path from placeholder to output
+        node = stack.pop()
+        if node in seen or node not in ancestors:
+            continue
+        seen.add(node)
+        if node.op == "call_function" and node.target in _COPYING:
+            return True
+        stack.extend(node.users)
+    return False
 
 
 def _own_tensor(model: ov.Model, index: int, to_bool: bool) -> None:

@@ -44,18 +44,25 @@ class Dim:
 
 @dataclasses.dataclass(frozen=True)
 class Leaf:
-    """One input or output of the call: a tensor, a shape scalar, or a constant."""
+    """One input or output of the call: a tensor, a shape scalar, a constant, or (an output) one
+    of the call's input tensors returned unchanged."""
 
     name: str
-    kind: str  # "tensor" | "symint" | "symfloat" | "symbool" | "constant"
+    kind: str  # "tensor" | "symint" | "symfloat" | "symbool" | "constant" | "input" (outputs only)
     dtype: torch.dtype | None = None
     shape: tuple[int | Dim, ...] | None = None
     value: Any = None  # a constant's value
     port: int = -1  # the OpenVINO input or output index (tensors and shape scalars)
+    # An "input" output: the name of the input leaf it returns, and whether the model copied it
+    # (``x.clone()``: a new tensor of equal values) or returned it as it is (that very tensor).
+    source: str | None = None
+    copy: bool = False
 
     def describe(self) -> str:
         if self.kind == "constant":
             return f"{self.name}={self.value!r} (fixed at export)"
+        if self.kind == "input":
+            return f"{self.name} (input {self.source}{', copied' if self.copy else ''})"
         if self.kind != "tensor":
             return f"{self.name} ({self.kind})"
         dims = ", ".join(str(d) for d in self.shape or ())
@@ -69,6 +76,8 @@ class Leaf:
             out["shape"] = [d if isinstance(d, int) else dataclasses.asdict(d) for d in self.shape]
         if self.kind == "constant":
             out["value"] = self.value
+        if self.kind == "input":
+            out["input"], out["copy"] = self.source, self.copy
         if self.port >= 0:
             out["port"] = self.port
         return out
@@ -84,6 +93,8 @@ class Leaf:
             shape=tuple(s if isinstance(s, int) else Dim(**s) for s in shape) if shape is not None else None,
             value=d.get("value"),
             port=d.get("port", -1),
+            source=d.get("input"),
+            copy=bool(d.get("copy", False)),
         )
 
 
@@ -213,12 +224,17 @@ class Signature:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Signature:
-        return cls(
+        signature = cls(
             inputs=[Leaf.from_json(x) for x in d["inputs"]],
             outputs=[Leaf.from_json(x) for x in d["outputs"]],
             in_spec=load_spec(d.get("in_spec")),
             out_spec=load_spec(d.get("out_spec")),
         )
+        names = {leaf.name for leaf in signature.tensor_inputs}
+        for leaf in signature.outputs:
+            if leaf.kind == "input" and leaf.source not in names:
+                raise ValueError(f"output {leaf.name} returns input {leaf.source!r}, which is no tensor input")
+        return signature
 
 
 def structure(spec: pytree.TreeSpec) -> str:
