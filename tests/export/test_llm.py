@@ -159,13 +159,15 @@ def test_directory_is_what_genai_reads(llama):
 
 def test_attention_runs_fused_with_its_cache(llama):
     """The CPU plugin runs each layer's attention as one node that appends to the cache itself
-    (its stateful SDPA fusion), not as MatMul + Softmax over a concatenated copy of the cache: the
-    form optimum-intel's IRs get, and what decode speed depends on (stateful.attention_fusable)."""
+    (its stateful SDPA fusion), not as MatMul + Softmax over a concatenated copy of the cache, and
+    the rotary embeddings as its RoPE nodes: the form optimum-intel's IRs get, and what decode and
+    first-token speed depend on (stateful.attention_fusable)."""
     model, path = llama
     compiled = ov.Core().compile_model(str(path / "openvino_model.xml"), "CPU", F32)
     kinds = [op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ops()]
     assert kinds.count("ScaledDotProductAttention") == model.config.num_hidden_layers, sorted(set(kinds))
     assert "Softmax" not in kinds
+    assert kinds.count("RoPE") == 2 * model.config.num_hidden_layers  # queries and keys
 
 
 def test_state_steps_and_beam_idx_reorders_the_cache(llama):

@@ -94,6 +94,8 @@ def attention_fusable(model: ov.Model) -> None:
     the pattern wants (an ``expand`` never shrinks a dim, so the two broadcast modes agree), and a
     same-type Convert in front of an Assign (from naming the outputs) is a no-op too. On a ~100M
     Llama this took the plugin's executed graph from 8 decomposed attentions to 8 fused ones.
+    Rotary embeddings fuse into the plugin's RoPE node only when ``rotate_half``'s Concat names its
+    axis -1, as torch's source does (the lowering normalizes it to 3): the same axis either way.
     """
     for node in model.get_ordered_ops():
         kind = node.get_type_name()
@@ -107,11 +109,19 @@ def attention_fusable(model: ov.Model) -> None:
             ) == source.get_output_element_type(0):
                 node.input(0).replace_source_output(source.input_value(0))
     for node in model.get_ordered_ops():
+        if node.get_type_name() == "Concat" and _concat_on_last_axis(node):
+            node.set_axis(-1)  # rotate_half's concat: the plugin's RoPE patterns name the last axis -1
+    for node in model.get_ordered_ops():
         if node.get_type_name() == "Broadcast" and _expands_cache(node):
             wide = ops.broadcast(node.input_value(0), node.input_value(1), broadcast_spec="BIDIRECTIONAL")
             for target in list(node.output(0).get_target_inputs()):
                 target.replace_source_output(wide.output(0))
     model.validate_nodes_and_infer_types()
+
+
+def _concat_on_last_axis(node: ov.Node) -> bool:
+    rank = node.get_output_partial_shape(0).rank
+    return rank.is_static and rank.get_length() >= 3 and node.get_axis() == rank.get_length() - 1
 
 
 def _whole_range(node: ov.Node) -> bool:
