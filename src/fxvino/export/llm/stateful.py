@@ -91,23 +91,16 @@ def attention_fusable(model: ov.Model) -> None:
     ``StatefulSDPAFusion``); otherwise it decomposes attention into MatMul and Softmax and copies
     the whole cache on every step. The lowering writes ``x[:, :, None]`` and reads to the cache's
     end as full-range Slices, and ``expand`` as a numpy-mode Broadcast: both mean the same as what
-    the pattern wants (an ``expand`` never shrinks a dim, so the two broadcast modes agree), and a
-    same-type Convert in front of an Assign (from naming the outputs) is a no-op too. On a ~100M
+    the pattern wants (an ``expand`` never shrinks a dim, so the two broadcast modes agree); a Convert in
+    front of the Assign (from naming the outputs) the pattern allows. On a ~100M
     Llama this took the plugin's executed graph from 8 decomposed attentions to 8 fused ones.
     Rotary embeddings fuse into the plugin's RoPE node only when ``rotate_half``'s Concat names its
     axis -1, as torch's source does (the lowering normalizes it to 3): the same axis either way.
     """
     for node in model.get_ordered_ops():
-        kind = node.get_type_name()
-        if kind == "Slice" and _whole_range(node):
+        if node.get_type_name() == "Slice" and _whole_range(node):
             for target in list(node.output(0).get_target_inputs()):
                 target.replace_source_output(node.input_value(0))
-        elif kind == "Assign":
-            source = node.input_value(0).get_node()
-            if source.get_type_name() == "Convert" and source.get_input_element_type(
-                0
-            ) == source.get_output_element_type(0):
-                node.input(0).replace_source_output(source.input_value(0))
     for node in model.get_ordered_ops():
         if node.get_type_name() == "Concat" and _concat_on_last_axis(node):
             node.set_axis(-1)  # rotate_half's concat: the plugin's RoPE patterns name the last axis -1
