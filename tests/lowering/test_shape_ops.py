@@ -91,3 +91,65 @@ def test_output_viewing_an_input_through_symbolic_views(fn):
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
     assert (out.stride(), out.storage_offset()) == (expected.stride(), expected.storage_offset())
     assert out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
+class _Heads(torch.nn.Module):
+    """A Linear over [batch, seq, hidden], then its output split into heads: the views every
+    transformer layer makes, with sizes that are symbolic under dynamic shapes."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(16, 32)
+
+    def forward(self, x):
+        y = self.proj(x)
+        return y, y.view(x.shape[0], x.shape[1], 4, 8).transpose(1, 2)
+
+
+def _dynamic_heads_ir():
+    from torch.export import Dim
+
+    import fxvino
+
+    torch.manual_seed(0)
+    model = _Heads().eval()
+    x = torch.randn(2, 3, 16)
+    return model, fxvino.export(model, (x,), dynamic_shapes=({0: Dim("batch"), 1: Dim("seq")},)).ov_model
+
+
+def test_linear_and_head_views_leave_no_shape_arithmetic():
+    """With symbolic batch and length, ``nn.Linear``'s flatten/unflatten pair cancels (its output
+    is the MatMul's own, which OpenVINO GenAI looks for behind an LLM's logits) and splitting heads
+    reshapes to a constant target that copies the leading dims (``special_zero``): nothing is
+    gathered from the inputs' shapes at run time."""
+    _, ir = _dynamic_heads_ir()
+    bias = ir.output(0).get_node().input_value(0).get_node()
+    assert bias.get_type_name() == "Add" and bias.input_value(0).get_node().get_type_name() == "MatMul"
+    kinds = [op.get_type_name() for op in ir.get_ops()]
+    assert "ShapeOf" not in kinds, kinds
+    (reshape,) = [op for op in ir.get_ops() if op.get_type_name() == "Reshape"]
+    assert reshape.input_value(1).get_node().get_data().tolist() == [0, 0, 4, 8]
+    assert reshape.get_special_zero()
+
+
+@pytest.mark.parametrize("shape", [(3, 5, 16), (1, 1, 16), (2, 0, 16)], ids=["plain", "ones", "empty"])
+def test_linear_and_head_views_equal_eager_under_dynamic_shapes(shape):
+    """The same views compiled with dynamic shapes give eager's values for shapes other than the
+    traced one, sizes of 1 and 0 included (a 0 in a ``special_zero`` target copies the 0)."""
+    model, ir = _dynamic_heads_ir()
+    x = torch.randn(*shape)
+    with torch.no_grad():
+        want = model(x)
+    got = ov_compile(ir)(x.numpy())
+    for k, w in enumerate(want):
+        torch.testing.assert_close(torch.from_numpy(got[k]), w, rtol=1e-5, atol=1e-5)
+    out, report = run_fxvino(model, x, dynamic=True)
+    assert_all_on_openvino(report)
+    for o, w in zip(out, want, strict=True):
+        torch.testing.assert_close(o, w, rtol=1e-5, atol=1e-5)
+
+
+def ov_compile(ir):
+    from fxvino.devices import core
+
+    return core().compile_model(ir, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})

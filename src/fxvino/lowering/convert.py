@@ -88,6 +88,8 @@ class LoweringContext:
     env: dict[torch.fx.Node, Any] = dataclasses.field(default_factory=dict)
     seed: ov.Node | None = None  # the per-call seed input, made when a lowering first draws
     streams: int = 0  # random streams handed out so far: each draw gets its own
+    # Each symbolic size read off the first runtime input that has it (``_sym_key`` -> i64 scalar).
+    symbols: dict[str, ov.Output] = dataclasses.field(default_factory=dict)
     # Each draw's key, to be computed together once the graph is built (random.share_stream_keys).
     stream_keys: list[tuple[int, ov.Output]] = dataclasses.field(default_factory=list)
 
@@ -120,7 +122,7 @@ def lower_graph(
     inputs: list[InputSpec] = []
     runtime_positions: list[int] = []
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
-    sym_sources: dict[str, ov.Output] = {}
+    sym_sources = ctx.symbols
     pending_syms: list[tuple[int, torch.fx.Node]] = []
 
     for pos, node in enumerate(placeholders):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import openvino as ov
 import openvino.opset16 as ops
 import torch
+import torch.fx
 
 from fxvino.lowering import helpers as h
 from fxvino.lowering.registry import lowers
@@ -20,7 +22,84 @@ def view(ctx, node, x, size):
         # OpenVINO's compile passes (a Transpose feeding it becomes a Reshape that reads 0 as
         # "copy this dim", e.g. pixel_shuffle of a (1, 1, 0, 1) input).
         return ops.broadcast(h.cast_like(h.const(0, torch.int64), x), h.as_shape(shape)).output(0)
+    product = _unflattened_product(node, x)
+    if product is not None:
+        return product
+    copied = _copying_target(node, x, shape)
+    if copied is not None:
+        return ops.reshape(x, h.const(copied, torch.int64), True).output(0)
     return h.reshape(x, size)
+
+
+_FLAT_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+
+
+def _same_size(a: int | torch.SymInt, b: int | torch.SymInt) -> bool:
+    """Whether two sizes are the same by construction (equal ints or one symbolic expression)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    if isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt):
+        return a.node.expr == b.node.expr
+    return False
+
+
+def _unflattened_product(node: torch.fx.Node, x: ov.Output) -> ov.Output | None:
+    """The N-d product itself when ``node`` unflattens an ``nn.Linear``'s 2-D result.
+
+    ``nn.Linear`` over ``[*lead, K]`` reaches the graph as ``view(mm(view(x, [-1, K]), w),
+    [*lead, N])``; ``mm`` multiplies the N-d ``x`` directly and flattens its product (see
+    ``linalg._unflattened``). Returning that product here, instead of reshaping it back, leaves
+    no shape arithmetic behind: with dynamic sizes the target ``[*lead, N]`` is computed from the
+    inputs' shapes at run time, and the logits of an exported LLM must come straight from their
+    MatMul for OpenVINO GenAI to compute only the last position's (its slice-before-matmul).
+    """
+    mm = node.args[0]
+    if not isinstance(mm, torch.fx.Node) or mm.target not in (aten.mm.default, aten.addmm.default):
+        return None
+    flat = mm.args[0] if mm.target is aten.mm.default else mm.args[1]
+    if not isinstance(flat, torch.fx.Node) or flat.target not in _FLAT_VIEWS:
+        return None
+    source = flat.args[0]
+    if not isinstance(source, torch.fx.Node) or not isinstance(source.meta.get("val"), torch.Tensor):
+        return None
+    lead_in, lead_out = list(h.meta(source).shape[:-1]), list(h.meta(node).shape[:-1])
+    if len(lead_in) != len(lead_out) or not all(_same_size(a, b) for a, b in zip(lead_in, lead_out, strict=True)):
+        return None
+    reshape = x.get_node()
+    if reshape.get_type_name() != "Reshape":
+        return None
+    product = reshape.input_value(0)
+    kind = product.get_node().get_type_name()
+    if kind not in ("MatMul", "Add") or product.get_partial_shape().rank.is_dynamic:
+        return None
+    return product if h.rank(product) == len(lead_out) + 1 else None
+
+
+def _copying_target(node: torch.fx.Node, x: ov.Output, shape: list) -> list[int] | None:
+    """A constant Reshape target (``special_zero``) for a view whose symbolic sizes are the
+    input's own at the same positions, e.g. ``[b, s, H] -> [b, s, heads, head_dim]``: 0 copies
+    the input's dim. Without it the target is gathered from the inputs' shapes at run time,
+    which the CPU plugin's attention and RoPE patterns do not see through. None when a static
+    size is 0 (it would read as "copy") or a symbolic one has no same-position twin."""
+    if all(isinstance(s, int) for s in shape):
+        return None  # a constant target already
+    source = node.args[0]
+    if not isinstance(source, torch.fx.Node) or not isinstance(source.meta.get("val"), torch.Tensor):
+        return None
+    in_shape = list(h.meta(source).shape)
+    if h.rank(x) != len(in_shape):
+        return None
+    target = []
+    for i, size in enumerate(shape):
+        if isinstance(size, int):
+            if size <= 0:
+                return None
+            target.append(size)
+        elif i < len(in_shape) and _same_size(size, in_shape[i]):
+            target.append(0)
+        else:
+            return None
+    return target
 
 
 @lowers(aten.permute.default)

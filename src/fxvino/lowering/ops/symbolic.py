@@ -22,7 +22,15 @@ def getitem(ctx, node, seq, i):
 
 @lowers(aten.sym_size.int)
 def sym_size(ctx, node, x, d):
-    return h.dim(x, d)
+    """A size that is one of the inputs' symbols is read where the inputs have it.
+
+    Graphs read sizes off whatever tensor is at hand (transformers takes the batch from the
+    attention mask); reading each symbol off one input makes equal sizes one value, and keeps
+    every size computable once a tool removes an input the size was read from (OpenVINO's
+    paged-attention conversion drops the attention mask).
+    """
+    known = ctx.symbols.get(str(h.meta(node).node.expr)) if isinstance(h.meta(node), torch.SymInt) else None
+    return known if known is not None else h.dim(x, d)
 
 
 @lowers(aten.sym_numel.default)
