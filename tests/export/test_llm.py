@@ -38,11 +38,12 @@ from fxvino.export.llm.tokenizer import train_bpe  # noqa: E402
 pytestmark = pytest.mark.slow
 
 F32 = {"INFERENCE_PRECISION_HINT": "f32"}
-# GenAI tries its paged-attention backend first and, when its SDPA-to-PagedAttention rewrite does
-# not take the model (it does not take fxvino's IR yet: "Model references undeclared parameters:
-# beam_idx, attention_mask"), falls back to the stateful one, asked for directly here to skip the
-# failed attempt. test_default_backend_falls_back_to_the_stateful_pipeline runs the default.
+# GenAI's two CPU backends: the stateful one (SDPA over the IR's own state) and the default,
+# continuous batching with paged attention, which OpenVINO's SDPA-to-PagedAttention rewrite makes
+# of the IR (export/llm/paged.py); it falls back to the stateful backend when the rewrite does
+# not take the IR, as for sliding-window models.
 PIPELINE = {**F32, "ATTENTION_BACKEND": "SDPA"}
+BACKENDS = {"stateful": PIPELINE, "default": F32}
 
 
 def _decoder(name: str) -> torch.nn.Module:
@@ -82,8 +83,9 @@ def llama(tmp_path_factory, tokenizer):
 @pytest.mark.parametrize("name", ARCHS)
 def test_genai_greedy_tokens_equal_eager(name, tokenizer, tmp_path, request):
     """32 new tokens from a 12-token prompt, then 16 from a 5-token one in the same pipeline (GenAI
-    resets the state between generate() calls). Mistral's and Gemma's sliding windows of 8 are
-    crossed: their state holds every position and the model's own masks hide the old ones."""
+    resets the state between generate() calls), on both of GenAI's backends. Mistral's and
+    Gemma's sliding windows of 8 are crossed: their state holds every position and the model's own
+    masks hide the old ones."""
     if name == "llama":  # the export the other tests share
         model, path = request.getfixturevalue("llama")
     else:
@@ -98,9 +100,48 @@ def test_genai_greedy_tokens_equal_eager(name, tokenizer, tmp_path, request):
         assert all(i is None or 0 <= i < vocab for i in ids), f"{name}: {file} names tokens past the logits: {ids}"
     prompts = [(_prompt(12, vocab), 32), (_prompt(5, vocab, seed=1), 16)]
     expected = [_eager(model, ids, n) for ids, n in prompts]
-    pipe = ov_genai.LLMPipeline(str(path), "CPU", **PIPELINE)
-    for (ids, n), want in zip(prompts, expected, strict=True):
-        assert _genai(pipe, ids, n) == want, f"{name}: tokens differ from eager at prompt length {ids.shape[1]}"
+    for backend, properties in BACKENDS.items():
+        pipe = ov_genai.LLMPipeline(str(path), "CPU", **properties)
+        for (ids, n), want in zip(prompts, expected, strict=True):
+            got = _genai(pipe, ids, n)
+            assert got == want, f"{name}, {backend} backend: tokens differ from eager at prompt length {ids.shape[1]}"
+        del pipe
+
+
+def _paged(path) -> ov.Model:
+    """The decoder IR as GenAI's default backend rewrites it for paged attention."""
+    from openvino._offline_transformations import paged_attention_transformation
+
+    ir = ov.Core().read_model(path / "openvino_model.xml")
+    paged_attention_transformation(ir, False, False)
+    ir.validate_nodes_and_infer_types()
+    return ir
+
+
+def test_paged_attention_rewrite_takes_the_decoder(llama):
+    """OpenVINO's SDPA-to-PagedAttention rewrite (what GenAI's default backend runs) replaces every
+    layer's attention and the cache state, and leaves no input it removes read anywhere: the
+    attention mask fed a Select after attention, and the failed rewrite sent GenAI back to its
+    stateful backend, whose first token was 4-6x slower than optimum-intel's IR under paged
+    attention."""
+    model, path = llama
+    ir = _paged(path)
+    kinds = [op.get_type_name() for op in ir.get_ops()]
+    assert kinds.count("PagedAttentionExtension") == model.config.num_hidden_layers
+    assert "ReadValue" not in kinds and "ScaledDotProductAttention" not in kinds
+    names = {p.get_any_name() for p in ir.inputs}
+    assert {"attention_mask", "beam_idx"}.isdisjoint(names)
+    assert {"input_ids", "position_ids", "key_cache.0", "value_cache.0"} <= names
+
+
+def test_sliding_window_models_stay_with_the_stateful_backend(tokenizer, tmp_path):
+    """The rewrite knows sliding windows only from the masks of other exporters and would attend
+    past them: a windowed model's IR is left in a form it does not take (GenAI falls back, and the
+    greedy test shows its tokens then equal eager's past the window)."""
+    model = _decoder("mistral")
+    path = export_llm(model, tokenizer, tmp_path, progress=False)
+    with pytest.raises(RuntimeError, match="attention_mask"):
+        _paged(path)
 
 
 _DEFAULT_BACKEND = """
@@ -113,21 +154,20 @@ print(json.dumps(list(pipe.generate(ov.Tensor(np.array([ids], dtype=np.int64)), 
 """
 
 
-def test_default_backend_falls_back_to_the_stateful_pipeline(llama):
-    """``LLMPipeline(path, "CPU")`` as users call it (no backend named), in a child process (see
-    ``PIPELINE``): the paged-attention attempt fails, GenAI says so and falls back, and the tokens
-    are eager's."""
+def test_default_backend_runs_paged_attention(llama):
+    """``LLMPipeline(path, "CPU")`` as users call it, in a child process with GenAI's log on: it
+    builds its paged-attention pipeline (no fallback reported) and the tokens are eager's."""
     import subprocess
     import sys
 
     model, path = llama
     ids = _prompt(12, model.config.vocab_size)
-    env = {**os.environ, "OPENVINO_LOG_LEVEL": "2"}  # warnings: the fallback is one
+    env = {**os.environ, "OPENVINO_LOG_LEVEL": "2"}  # warnings: a fallback is one
     args = [sys.executable, "-c", _DEFAULT_BACKEND, str(path), json.dumps(ids[0].tolist()), "16"]
     done = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == _eager(model, ids, 16)
-    assert "Falling back to SDPA backend" in done.stdout + done.stderr
+    assert "Falling back" not in done.stdout + done.stderr, done.stdout[-2000:] + done.stderr[-2000:]
 
 
 def test_directory_is_what_genai_reads(llama):
@@ -137,6 +177,9 @@ def test_directory_is_what_genai_reads(llama):
     ir = ov.Core().read_model(path / "openvino_model.xml")
     assert [p.get_any_name() for p in ir.inputs] == ["input_ids", "attention_mask", "position_ids", "beam_idx"]
     assert [p.get_any_name() for p in ir.outputs] == ["logits"]
+    # GenAI finds the output layer as the logits' producer and multiplies only a prompt's last
+    # position by it (its slice-before-matmul): a Reshape or Convert in between made it multiply all.
+    assert ir.output("logits").get_node().input_value(0).get_node().get_type_name() == "MatMul"
     assert {p.get_any_name(): p.get_element_type().get_type_name() for p in ir.inputs} == {
         "input_ids": "i64",
         "attention_mask": "i64",
@@ -201,6 +244,45 @@ def test_state_steps_and_beam_idx_reorders_the_cache(llama):
         swapped = [t[[1, 0]] for t in first[1:]]
         second = flat(step, torch.ones(2, 7, dtype=torch.long), torch.tensor([[6], [6]]), swapped)
     np.testing.assert_allclose(prefill, first[0].numpy(), atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(decode, second[0].numpy(), atol=1e-4, rtol=1e-4)
+
+
+def test_left_padded_rows_equal_eager_where_they_are_read(llama):
+    """Plain OpenVINO, a batch of a 4-token prompt left-padded to 7 beside a 7-token one, then one
+    step: every position that is not padding gives eager's logits, and none is NaN. (Pad query rows
+    see no key; the IR unmasks them rather than zeroing them after attention, see paged.py, so
+    their own outputs are a finite average nothing reads.)"""
+    model, path = llama
+    request = ov.Core().compile_model(path / "openvino_model.xml", "CPU", F32).create_infer_request()
+    ids = torch.cat([_prompt(7, 1000, seed=5), _prompt(7, 1000, seed=6)])
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[0, :3] = 0
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    step = torch.tensor([[11], [13]])
+    step_mask = torch.cat([mask, torch.ones(2, 1, dtype=torch.long)], dim=1)
+    step_positions = positions[:, -1:] + 1
+
+    def run(tokens, attention, where):
+        request.infer(
+            {
+                "input_ids": tokens.numpy(),
+                "attention_mask": attention.numpy(),
+                "position_ids": where.numpy(),
+                "beam_idx": np.array([0, 1], dtype=np.int32),
+            }
+        )
+        return request.get_tensor("logits").data.copy()
+
+    prefill, decode = run(ids, mask, positions), run(step, step_mask, step_positions)
+    assert not np.isnan(prefill).any() and not np.isnan(decode).any()
+    with torch.no_grad():
+        layout = kv_layout(model)
+        empty = [torch.zeros(2, layout.kv_heads, 0, layout.head_dim) for _ in range(2 * layout.layers)]
+        flat = FlatKVDecoder(model, layout.layers)
+        first = flat(ids, mask, positions, empty)
+        second = flat(step, step_mask, step_positions, list(first[1:]))
+    real = mask.bool().numpy()
+    np.testing.assert_allclose(prefill[real], first[0].numpy()[real], atol=1e-4, rtol=1e-4)
     np.testing.assert_allclose(decode, second[0].numpy(), atol=1e-4, rtol=1e-4)
 
 

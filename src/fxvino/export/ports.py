@@ -243,6 +243,10 @@ def _own_tensor(model: ov.Model, index: int, to_bool: bool) -> None:
     result = model.get_results()[index]
     source = result.input_value(0)
     target = ov.Type.boolean if to_bool else source.get_element_type()
-    if not source.get_tensor().get_names() and source.get_element_type() == target:
-        return  # (named outputs are named in order: a second Result of one value finds it named)
+    # OpenVINO names a Result's input tensor after the Result when the model is built: that name
+    # is this output's own. (Named outputs are named in order: a second Result of one value finds
+    # the first one's name there.)
+    others = source.get_tensor().get_names() - {result.get_friendly_name()}
+    if not others and source.get_element_type() == target:
+        return
     result.input(0).replace_source_output(ops.convert(source, target).output(0))
