@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -211,6 +212,22 @@ def test_attention_runs_fused_with_its_cache(llama):
     assert kinds.count("ScaledDotProductAttention") == model.config.num_hidden_layers, sorted(set(kinds))
     assert "Softmax" not in kinds
     assert kinds.count("RoPE") == 2 * model.config.num_hidden_layers  # queries and keys
+
+
+def test_gated_mlp_is_in_the_form_the_plugin_fuses(llama):
+    """Each layer's SiLU is the one-input Swish the CPU plugin's MLP fusion matches
+    (export/llm/kernels.py); where the plugin has its fused kernel (AMX, bf16) every layer's gate,
+    up and down products run as one LLMMLP node, as in optimum-intel's IR."""
+    model, path = llama
+    ir = ov.Core().read_model(path / "openvino_model.xml")
+    swishes = [op for op in ir.get_ops() if op.get_type_name() == "Swish"]
+    assert len(swishes) == model.config.num_hidden_layers
+    assert all(op.get_input_size() == 1 for op in swishes)
+    if " amx_bf16" not in Path("/proc/cpuinfo").read_text():
+        return  # the kernel exists only on AMX CPUs; the IR's form is what is checked elsewhere
+    compiled = ov.Core().compile_model(ir, "CPU", {"INFERENCE_PRECISION_HINT": "bf16"})
+    kinds = [op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ops()]
+    assert kinds.count("LLMMLP") == model.config.num_hidden_layers, sorted(set(kinds))
 
 
 def test_state_steps_and_beam_idx_reorders_the_cache(llama):

@@ -15,7 +15,7 @@ import openvino as ov
 from fxvino.export.model import ExportedModel
 from fxvino.utils.collector import gc_paused
 
-from . import paged, stateful
+from . import kernels, paged, stateful
 from . import tokenizer as tokenizers
 from .decoder import FlatKVDecoder, example_inputs, kv_layout
 from .weights import compress
@@ -166,6 +166,7 @@ def stateful_decoder(model: Any, say: Callable[[str], None] = lambda msg: None) 
     say(f"lowered: {sum(exported.report.ov_ops.values())} ops")
     stateful.name_ports(exported.ov_model, layout)
     stateful.make_stateful(exported.ov_model, layout)
+    kernels.gated_mlp_fusable(exported.ov_model)
     if paged.keeps_windows_only_in_its_masks(model.config):
         say("sliding-window attention: left to GenAI's stateful backend (its paged rewrite would drop the windows)")
     else:
