@@ -88,7 +88,7 @@ class LoweringContext:
     env: dict[torch.fx.Node, Any] = dataclasses.field(default_factory=dict)
     seed: ov.Node | None = None  # the per-call seed input, made when a lowering first draws
     streams: int = 0  # random streams handed out so far: each draw gets its own
-    # Each symbolic size read off the first runtime input that has it (``_sym_key`` -> i64 scalar).
+    # Each symbolic size read off the first runtime input that has it (``helpers.sym_key`` -> i64 scalar).
     symbols: dict[str, ov.Output] = dataclasses.field(default_factory=dict)
     # Each draw's key, to be computed together once the graph is built (random.share_stream_keys).
     stream_keys: list[tuple[int, ov.Output]] = dataclasses.field(default_factory=list)
@@ -102,10 +102,6 @@ class LoweringContext:
     def new_stream(self) -> int:
         self.streams += 1
         return self.streams - 1
-
-
-def _sym_key(v: Any) -> str | None:
-    return str(v.node.expr) if isinstance(v, torch.SymInt) else None
 
 
 def lower_graph(
@@ -139,7 +135,7 @@ def lower_graph(
             runtime_positions.append(pos)
             ctx.env[node] = p.output(0)
             for d, size in enumerate(val.shape):
-                key = _sym_key(size)
+                key = h.sym_key(size)
                 if key is not None and key not in sym_sources:
                     sym_sources[key] = h.dim(p.output(0), d)
         elif isinstance(val, torch.SymInt):
@@ -157,7 +153,7 @@ def lower_graph(
             raise LoweringError(node, f"unsupported placeholder value {type(val).__name__}")
 
     for pos, node in pending_syms:
-        key = _sym_key(node.meta["val"])
+        key = h.sym_key(node.meta["val"])
         if key in sym_sources:
             ctx.env[node] = sym_sources[key]
         else:

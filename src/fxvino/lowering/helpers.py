@@ -141,6 +141,11 @@ def norm_dims(dims: int | Sequence[int] | None, r: int) -> list[int]:
     return sorted({norm_dim(d, r) for d in dims})
 
 
+def sym_key(v: Any) -> str | None:
+    """The key a symbolic size is known by (its expression), or None for anything else."""
+    return str(v.node.expr) if isinstance(v, torch.SymInt) else None
+
+
 def meta(node: torch.fx.Node) -> Any:
     return node.meta["val"]
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 import openvino as ov
-from openvino.utils.node_factory import NodeFactory
+
+from fxvino.lowering.ops.activation import plain_swish
 
 
 def gated_mlp_fusable(model: ov.Model) -> int:
     """Make each ``Swish(x, beta=1)`` the one-input Swish the plugin's MLP fusion matches (in
     place); returns how many were changed."""
-    factory = NodeFactory("opset4")
     changed = 0
     for node in model.get_ordered_ops():
         if node.get_type_name() != "Swish" or node.get_input_size() != 2:
@@ -26,9 +26,9 @@ def gated_mlp_fusable(model: ov.Model) -> int:
         beta = node.input_value(1).get_node()
         if beta.get_type_name() != "Constant" or not np.all(beta.get_data() == 1):
             continue
-        plain = factory.create("Swish", [node.input_value(0)], {})
+        plain = plain_swish(node.input_value(0))
         for target in list(node.output(0).get_target_inputs()):
-            target.replace_source_output(plain.output(0))
+            target.replace_source_output(plain)
         changed += 1
     model.validate_nodes_and_infer_types()
     return changed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import openvino as ov
 import openvino.opset16 as ops
 import torch
 from openvino.utils.node_factory import NodeFactory
@@ -45,8 +46,14 @@ def silu(ctx, node, x):
     """
     rows = h.static_shape(x)[:-1]
     if None not in rows and math.prod(rows) <= LLM_MLP_MAX_ROWS:
-        return NodeFactory("opset4").create("Swish", [x], {}).output(0)
+        return plain_swish(x)
     return ops.swish(x, h.const(1.0, h.dtype_of(x))).output(0)
+
+
+def plain_swish(x: ov.Output) -> ov.Output:
+    """The one-input Swish (beta 1) that the CPU plugin's MLPFusion matches (``ops.swish`` always
+    adds a beta input)."""
+    return NodeFactory("opset4").create("Swish", [x], {}).output(0)
 
 
 @lowers(aten.hardswish.default)

@@ -46,6 +46,18 @@ def _as_2d(prod: ov.Output, n: int) -> ov.Output:
     return prod if h.rank(prod) == 2 else h.reshape(prod, [-1, n])
 
 
+def flattened_product(x: ov.Output) -> ov.Output | None:
+    """The N-d product that :func:`_as_2d` flattened into ``x`` (``mm``'s or ``addmm``'s lowered
+    value), or None: the view that unflattens it again can return the product itself."""
+    reshape = x.get_node()
+    if reshape.get_type_name() != "Reshape":
+        return None
+    product = reshape.input_value(0)
+    if product.get_node().get_type_name() not in ("MatMul", "Add") or product.get_partial_shape().rank.is_dynamic:
+        return None
+    return product if h.rank(product) > 2 else None
+
+
 @functools.cache
 def _plain_b_is_slow() -> bool:
     """True on CPUs without AVX-512, where the CPU plugin's MatMul (brgemm_avx2) is slow over a

@@ -8,6 +8,7 @@ import torch
 import torch.fx
 
 from fxvino.lowering import helpers as h
+from fxvino.lowering.ops import linalg
 from fxvino.lowering.registry import lowers
 
 aten = torch.ops.aten
@@ -47,11 +48,12 @@ def _unflattened_product(node: torch.fx.Node, x: ov.Output) -> ov.Output | None:
     """The N-d product itself when ``node`` unflattens an ``nn.Linear``'s 2-D result.
 
     ``nn.Linear`` over ``[*lead, K]`` reaches the graph as ``view(mm(view(x, [-1, K]), w),
-    [*lead, N])``; ``mm`` multiplies the N-d ``x`` directly and flattens its product (see
-    ``linalg._unflattened``). Returning that product here, instead of reshaping it back, leaves
-    no shape arithmetic behind: with dynamic sizes the target ``[*lead, N]`` is computed from the
-    inputs' shapes at run time, and the logits of an exported LLM must come straight from their
-    MatMul for OpenVINO GenAI to compute only the last position's (its slice-before-matmul).
+    [*lead, N])``; ``mm`` multiplies the N-d ``x`` directly and flattens its product
+    (``linalg._unflattened``, ``linalg.flattened_product``). Returning that product here, instead
+    of reshaping it back, leaves no shape arithmetic behind: with dynamic sizes the target
+    ``[*lead, N]`` is computed from the inputs' shapes at run time, and the logits of an exported
+    LLM must come straight from their MatMul for OpenVINO GenAI to compute only the last
+    position's (its slice-before-matmul).
     """
     mm = node.args[0]
     if not isinstance(mm, torch.fx.Node) or mm.target not in (aten.mm.default, aten.addmm.default):
@@ -65,14 +67,8 @@ def _unflattened_product(node: torch.fx.Node, x: ov.Output) -> ov.Output | None:
     lead_in, lead_out = list(h.meta(source).shape[:-1]), list(h.meta(node).shape[:-1])
     if len(lead_in) != len(lead_out) or not all(_same_size(a, b) for a, b in zip(lead_in, lead_out, strict=True)):
         return None
-    reshape = x.get_node()
-    if reshape.get_type_name() != "Reshape":
-        return None
-    product = reshape.input_value(0)
-    kind = product.get_node().get_type_name()
-    if kind not in ("MatMul", "Add") or product.get_partial_shape().rank.is_dynamic:
-        return None
-    return product if h.rank(product) == len(lead_out) + 1 else None
+    product = linalg.flattened_product(x)
+    return product if product is not None and h.rank(product) == len(lead_out) + 1 else None
 
 
 def _copying_target(node: torch.fx.Node, x: ov.Output, shape: list) -> list[int] | None:

@@ -29,7 +29,7 @@ def sym_size(ctx, node, x, d):
     every size computable once a tool removes an input the size was read from (OpenVINO's
     paged-attention conversion drops the attention mask).
     """
-    known = ctx.symbols.get(str(h.meta(node).node.expr)) if isinstance(h.meta(node), torch.SymInt) else None
+    known = ctx.symbols.get(h.sym_key(h.meta(node)))
     return known if known is not None else h.dim(x, d)
 
 
