@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -288,3 +291,35 @@ def test_a_bug_in_fxvino_runs_the_graph_on_inductor(monkeypatch):
     torch.testing.assert_close(out, expected)
     (fb,) = report.fallbacks
     assert fb.ran_on == "inductor" and "a bug of ours" in fb.reason
+
+
+_FALLBACK_CHILD = """
+import torch, fxvino
+x = torch.randn(8, 1000)
+fn = lambda t: torch.relu(t) * 2 + 1
+with fxvino.collect_reports() as report:
+    out = torch.compile(fn, backend="fxvino", options={"config": {"NOT_A_PROPERTY": "1"}})(x)
+assert [f.ran_on for f in report.fallbacks] == ["inductor"], str(report)
+print("MAXDIFF", (out - fn(x)).abs().max().item())
+"""
+
+
+def test_inductor_fallback_is_right_with_a_cache_another_cpu_class_wrote(tmp_path):
+    """Inductor's on-disk graph cache, shared with a machine (or a vector width) of another class.
+
+    The first process compiles with this CPU's vector width; the second, sharing the cache
+    directory, as the next narrower class (``ATEN_CPU_CAPABILITY``: AVX2 after AVX-512, no
+    vector unit after AVX2). Inductor's cache key leaves the width out, so without fxvino pinning
+    it the second runs the first's 16-lane loops over 8-lane vectors (found under QEMU Haswell
+    after the native suite: every element wrong) or fails to compile them.
+    """
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
+    narrower = {"AVX512": "avx2"}.get(torch.backends.cpu.get_cpu_capability(), "default")
+    for capability in (None, narrower):
+        child = dict(env, ATEN_CPU_CAPABILITY=capability) if capability else env
+        run = subprocess.run(
+            [sys.executable, "-c", _FALLBACK_CHILD], env=child, capture_output=True, text=True, timeout=600
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        (line,) = [ln for ln in run.stdout.splitlines() if ln.startswith("MAXDIFF")]
+        assert float(line.split()[1]) == 0.0, (capability, line)

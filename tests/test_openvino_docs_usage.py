@@ -29,6 +29,7 @@ def test_config_properties_pass_through():
     assert_all_on_openvino(report)
 
 
+@pytest.mark.numerics  # under QEMU Haswell it reads the Inductor cache the native (wider) suite wrote
 def test_unknown_openvino_property_is_reported_not_crashing():
     model, x = _small_mlp(), torch.randn(4, 64)
     out, report = run_fxvino(model, x, options={"config": {"NOT_A_PROPERTY": "1"}})

@@ -141,6 +141,11 @@ def _is_value(n: torch.fx.Node) -> bool:
     return isinstance(val, (torch.Tensor, torch.SymInt, int, float, bool))
 
 
+def _vector_bits(isa: Any) -> int:
+    """The width Inductor vectorizes for on this CPU (1 where it does not, as its config reads)."""
+    return isa.bit_width() if isa else 1
+
+
 def inductor_fallback(sub: torch.fx.GraphModule) -> tuple[Callable[..., tuple[Any, ...]], str, str | None]:
     """Compile ``sub`` with Inductor: (runner, "inductor", None), or (eager runner, "eager", why).
 
@@ -150,11 +155,17 @@ def inductor_fallback(sub: torch.fx.GraphModule) -> tuple[Callable[..., tuple[An
     (symbolic sizes included). Random ops run as Inductor's eager fallbacks
     (``fallback_random``), which Inductor would otherwise expect its own passes to have
     rewritten.
+
+    The vector width is pinned to this CPU's (``cpp.simdlen``) because Inductor's FX graph cache
+    key leaves it out while the kernels' source assumes it: a cache written on an AVX-512 machine
+    (a shared home, a baked image, the native suite before ``make test-avx2``) gave an AVX2 CPU
+    16-lane loops over 8-lane vectors, wrong values in every element.
     """
     try:
         from torch._guards import detect_fake_mode
         from torch._inductor import config as inductor_config
         from torch._inductor.compile_fx import compile_fx_inner
+        from torch._inductor.cpu_vec_isa import pick_vec_isa
         from torch._inductor.decomposition import select_decomp_table
         from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -164,7 +175,7 @@ def inductor_fallback(sub: torch.fx.GraphModule) -> tuple[Callable[..., tuple[An
             raise RuntimeError("the partition's inputs carry no fake tensors to trace with")
         with fake_mode:
             traced = make_fx(sub, decomposition_table=select_decomp_table(), tracing_mode="real")(*example)
-        with inductor_config.patch(fallback_random=True):
+        with inductor_config.patch({"fallback_random": True, "cpp.simdlen": _vector_bits(pick_vec_isa())}):
             compiled = compile_fx_inner(traced, example)
         return (lambda *a: tuple(compiled(list(a)))), "inductor", None
     except Exception as e:  # noqa: BLE001
