@@ -188,7 +188,7 @@ def ov_wheel_partitions() -> tuple[int, int]:
         return -1, -1
 
 
-def setup(backend: str, model, args, ov_path: str, info: dict) -> tuple[Callable[[], Any], dict]:
+def setup(backend: str, model, args, ov_path: str, info: dict, name: str = "") -> tuple[Callable[[], Any], dict]:
     """Return ``call`` (one inference on ``args``) after doing the backend's eager set-up work.
 
     Everything here is inside the first-call timer; ``torch.compile`` itself is lazy, so for
@@ -271,6 +271,12 @@ def setup(backend: str, model, args, ov_path: str, info: dict) -> tuple[Callable
         np_args = [a.numpy() for a in args]
         # The first output, copied out of the runtime's buffer only for the accuracy check.
         hooks["extract"] = lambda res: res[0]
+        if name == "probe":  # OpenVINO's own inference, without its Python wrapper: what fxvino calls
+            request = compiled.create_infer_request()
+            for i, a in enumerate(np_args):
+                request.set_input_tensor(i, ov.Tensor(a))
+            bare = ov._pyopenvino.InferRequest.infer
+            hooks["bare"] = lambda: bare(request, {}, True, False)
         return (lambda: compiled(np_args)), hooks
 
     if backend.startswith("fxvino"):
@@ -394,7 +400,7 @@ def measure(
             except Exception:  # the report API is a nicety, not a requirement
                 pass
         with report_cm as report:
-            call, hooks = setup(backend, model, args, ov_path, info)
+            call, hooks = setup(backend, model, args, ov_path, info, model_name)
             call()
         result["first_call_s"] = time.perf_counter() - t0 - hooks.get("discarded_s", 0.0)
         if hooks.get("note"):
@@ -463,6 +469,8 @@ def measure(
             time.sleep(2.0)
         best["attempts"] = attempt
         result.update(best)
+        if hooks.get("bare") is not None:
+            result["bare_infer_ms"] = time_calls(hooks["bare"], target_s, min_calls, max_calls)["median_ms"]
 
         # ---- output for the accuracy check (copied: runtimes may reuse output buffers)
         out = call()
