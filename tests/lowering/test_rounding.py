@@ -70,6 +70,30 @@ def test_16bit_values_are_rounded_like_torch(fn, dtype):
 
 
 @pytest.mark.parametrize("dtype", SIXTEEN, ids=str)
+def test_a_weight_too_large_to_fold_in_torch_is_cast_like_torch(dtype):
+    """A frozen weight's cast above ``FOLD_MAX_BYTES`` is left to OpenVINO, which folds casts of
+    its own constants (and truncated small ones where the CPU has no bf16 kernels)."""
+    from fxvino.passes.freezing import FOLD_MAX_BYTES
+
+    weight = _values().repeat(512)[: 1024 * 1024].view(1024, 1024)
+    assert weight.numel() * dtype.itemsize > FOLD_MAX_BYTES
+
+    class Cast(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(weight.clone(), requires_grad=False)
+
+        def forward(self, x):
+            return self.w.to(x.dtype) * x  # times ones: the cast weight itself, through a product
+
+    model, ones = Cast().eval(), torch.ones(1024, dtype=dtype)
+    out, report = run_fxvino(model, ones)
+    _assert_same(out.flatten(), model(ones).flatten())
+    assert report.graphs[0].frozen_inputs == 1, "the weight was not frozen: OpenVINO did not fold its cast"
+    assert_all_on_openvino(report)
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN, ids=str)
 def test_an_autocast_boundary_rounds_the_16bit_result(dtype):
     """A product under autocast leaves in the 16-bit type and is cast back for a float op: the
     cast sees torch's rounded product. Operands of few bits keep every sum exact in f32, so the

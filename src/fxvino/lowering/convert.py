@@ -210,9 +210,7 @@ def _constant(t: torch.Tensor) -> ov.Output:
         # compiled partition keeps referenced; copy anything else into memory OpenVINO owns.
         if t.is_contiguous():
             return ops.constant(ov.Tensor(to_numpy(t), list(t.shape), ov.Type.bf16)).output(0)
-        owned = ov.Tensor(ov.Type.bf16, ov.Shape(list(t.shape)))
-        owned.data[...] = to_numpy(t.contiguous()).view(owned.data.dtype)
-        return ops.constant(owned).output(0)
+        return h.owned_constant(t)
     if not t.is_contiguous():
         t = t.contiguous()
     return ops.constant(to_numpy(t), shared_memory=True).output(0)

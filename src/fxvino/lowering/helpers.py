@@ -18,7 +18,7 @@ import openvino.opset16 as ops
 import torch
 import torch.fx
 
-from fxvino.utils.dtypes import ov_type, torch_dtype
+from fxvino.utils.dtypes import ov_type, to_numpy, torch_dtype
 
 Value = Any  # ov.Output | int | float | bool | None | list
 
@@ -42,13 +42,21 @@ def is_output(v: Any) -> bool:
 def const(value: Any, dtype: torch.dtype) -> ov.Output:
     """A constant of ``dtype`` from a Python scalar, list or numpy array."""
     if dtype == torch.bfloat16:
-        # Rounded by torch, passed as bits: OpenVINO's constant folding of a Convert to bf16
-        # truncates (0.1 became 0.099609375, not torch's 0.10009765625).
-        bits = torch.from_numpy(np.asarray(value, dtype=np.float32)).bfloat16().view(torch.int16).numpy()
-        tensor = ov.Tensor(ov.Type.bf16, list(bits.shape))
-        tensor.data[...] = bits.view(tensor.data.dtype)
-        return ops.constant(tensor).output(0)
+        # Rounded by torch: OpenVINO's constant folding of a Convert to bf16 truncates (0.1
+        # became 0.099609375, not torch's 0.10009765625).
+        return owned_constant(torch.from_numpy(np.asarray(value, dtype=np.float32)).bfloat16())
     return ops.constant(np.asarray(value, dtype=_NUMPY[dtype])).output(0)
+
+
+def owned_constant(t: torch.Tensor) -> ov.Output:
+    """A Constant of a copy of ``t`` in memory OpenVINO owns (bf16 passed as its bits).
+
+    A Constant made from an ov.Tensor over torch's memory does not keep that memory alive: for
+    a tensor nobody else keeps (a rounded or contiguous copy), the Constant must own its data."""
+    t = t.detach().contiguous()
+    owned = ov.Tensor(ov_type(t.dtype), ov.Shape(list(t.shape)))
+    owned.data[...] = to_numpy(t).view(owned.data.dtype)
+    return ops.constant(owned).output(0)
 
 
 def i64(value: Any) -> ov.Output:
