@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import operator
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,6 +47,20 @@ def const(value: Any, dtype: torch.dtype) -> ov.Output:
         # became 0.099609375, not torch's 0.10009765625).
         return owned_constant(torch.from_numpy(np.asarray(value, dtype=np.float32)).bfloat16())
     return ops.constant(np.asarray(value, dtype=_NUMPY[dtype])).output(0)
+
+
+def constant_value(v: ov.Output) -> torch.Tensor | None:
+    """The value of a Constant's output as a (read-only) torch view of its data; None for any
+    other producer."""
+    node = v.get_node()
+    if node.get_type_name() != "Constant":
+        return None
+    data = node.get_data()
+    with warnings.catch_warnings():  # the Constant's own bytes: read, never written
+        warnings.simplefilter("ignore", UserWarning)
+        if v.get_element_type() == ov.Type.bf16:  # numpy shows bf16 as 16-bit integers
+            return torch.from_numpy(data.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(data)
 
 
 def owned_constant(t: torch.Tensor) -> ov.Output:

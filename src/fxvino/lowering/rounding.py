@@ -20,7 +20,6 @@ OpenVINO folds them itself, and not as torch rounds.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Collection
 
 import openvino as ov
@@ -104,13 +103,11 @@ def cast_constants(model: ov.Model) -> int:
             continue
         target = _SIXTEEN_BITS.get(node.get_output_element_type(0))
         source = node.input_value(0)
-        if target is None or source.get_node().get_type_name() != "Constant":
+        if target is None or source.get_element_type() not in (ov.Type.f32, ov.Type.f64):
             continue
-        if source.get_element_type() not in (ov.Type.f32, ov.Type.f64):
+        data = h.constant_value(source)
+        if data is None:
             continue
-        with warnings.catch_warnings():  # a read-only view of the Constant's data, only read
-            warnings.simplefilter("ignore", UserWarning)
-            data = torch.from_numpy(source.get_node().get_data())
         node.input(0).replace_source_output(h.owned_constant(data.to(target)))
         cast += 1
     return cast
