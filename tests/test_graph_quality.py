@@ -179,9 +179,10 @@ def test_autocast_conv_batchnorm_fuses_on_openvino():
 
 
 def test_autocast_batchnorm_is_about_as_close_to_float32_as_eager():
-    """The statistics are folded into one scale and shift in f32, rounded once to bf16: rounding
-    each (weight, bias, mean, variance) to bf16 first put four conv-BN-ReLU blocks 2.3x further
-    from float32 than eager's autocast (now 1.4x; in f32, exactly eager's but 1.2x slower)."""
+    """The statistics are folded into the convolution's f32 weight and bias, rounded once to
+    bf16 (passes/batch_norm_folding.py), as Inductor and OpenVINO's own conversion do: rounding
+    each statistic to bf16 first put four conv-BN-ReLU blocks 2.3x further from float32 than
+    eager's autocast (one scale and shift rounded once: 1.4x; folded: 1.1x)."""
     torch.manual_seed(0)
     layers = []
     for _ in range(4):
@@ -201,7 +202,8 @@ def test_autocast_batchnorm_is_about_as_close_to_float32_as_eager():
     assert_all_on_openvino(report)
     scale = exact.abs().mean()
     eager_err, err = ((eager - exact).abs().mean() / scale).item(), ((got - exact).abs().mean() / scale).item()
-    assert err < 1.6 * eager_err, (err, eager_err)
+    assert err < 1.3 * eager_err, (err, eager_err)
+    assert "aten._native_batch_norm_legit_no_training.default" not in report.ov_ops, str(report)
 
 
 def test_graph_command_shows_int8_execution(capsys):

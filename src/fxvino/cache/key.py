@@ -60,7 +60,8 @@ from fxvino.utils.fx import fetch_attr
 # wraps; 14: f16, and bf16 on CPUs without bf16 kernels, rounded where PyTorch rounds them, and
 # MoE grouped products on a grid of the runs instead of every row times every expert; 15: casts of
 # float constants to 16 bits made by torch, where older entries hold OpenVINO's folding of them,
-# and 16-bit batch norm with frozen statistics as one scale and shift rounded once).
+# and 16-bit batch norm with frozen statistics folded into its convolution or as one scale and
+# shift rounded once).
 KEY_FORMAT = 15
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.

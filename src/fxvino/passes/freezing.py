@@ -13,6 +13,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from fxvino.passes.batch_norm_folding import fold_batch_norms
 from fxvino.quantization.compressed import keep_compressed_weights
 from fxvino.quantization.weight_only import scale_weights_not_products
 from fxvino.utils.fx import KEEP_UNFOLDED, aot_metadata, fetch_attr, placeholders_to_attrs
@@ -26,6 +27,7 @@ def freeze_and_fold(work: torch.fx.GraphModule, frozen: dict[int, torch.Tensor])
     _freeze(work, frozen)
     scale_weights_not_products(work)
     keep_compressed_weights(work)
+    fold_batch_norms(work)
     return fold_constants(work)
 
 
