@@ -48,9 +48,11 @@ docs: $(STAMP)
 # picks its AVX2 kernels and computes bf16 in f32 (the class most laptops and many cloud VMs are).
 # TCG emulates up to AVX2, so the AVX-512 and AMX classes are only tested on such machines. The
 # features dropped from the model are ones TCG cannot emulate (it warns about each otherwise).
+# The processes QEMU's Python starts (the C++ compiler Inductor runs) run natively: Inductor's
+# -march=native would then compile the host's AVX-512 into kernels the emulated CPU cannot run.
 QEMU_CPU ?= Haswell-noTSX,-pcid,-x2apic,-tsc-deadline,-invpcid
 test-avx2: $(STAMP) qemu
-	FXVINO_CONFORMANCE=off FXVINO_EMULATED_CPU=avx2 qemu-x86_64 -cpu $(QEMU_CPU) $(VENV)/bin/python -m pytest -q -p no:cacheprovider -m numerics
+	FXVINO_CONFORMANCE=off FXVINO_EMULATED_CPU=avx2 TORCHINDUCTOR_CPP_MARCH=haswell qemu-x86_64 -cpu $(QEMU_CPU) $(VENV)/bin/python -m pytest -q -p no:cacheprovider -m numerics
 
 qemu:
 	@command -v qemu-x86_64 >/dev/null || { \
