@@ -141,11 +141,6 @@ def _is_value(n: torch.fx.Node) -> bool:
     return isinstance(val, (torch.Tensor, torch.SymInt, int, float, bool))
 
 
-def _vector_bits(isa: Any) -> int:
-    """The width Inductor vectorizes for on this CPU (1 where it does not, as its config reads)."""
-    return isa.bit_width() if isa else 1
-
-
 def inductor_fallback(sub: torch.fx.GraphModule) -> tuple[Callable[..., tuple[Any, ...]], str, str | None]:
     """Compile ``sub`` with Inductor: (runner, "inductor", None), or (eager runner, "eager", why).
 
@@ -175,7 +170,8 @@ def inductor_fallback(sub: torch.fx.GraphModule) -> tuple[Callable[..., tuple[An
             raise RuntimeError("the partition's inputs carry no fake tensors to trace with")
         with fake_mode:
             traced = make_fx(sub, decomposition_table=select_decomp_table(), tracing_mode="real")(*example)
-        with inductor_config.patch({"fallback_random": True, "cpp.simdlen": _vector_bits(pick_vec_isa())}):
+        width = pick_vec_isa().bit_width() or 1  # 1: no vector unit, as Inductor's config reads it
+        with inductor_config.patch({"fallback_random": True, "cpp.simdlen": width}):
             compiled = compile_fx_inner(traced, example)
         return (lambda *a: tuple(compiled(list(a)))), "inductor", None
     except Exception as e:  # noqa: BLE001

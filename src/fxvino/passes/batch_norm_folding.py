@@ -15,6 +15,7 @@ import operator
 import torch
 import torch.fx
 
+from fxvino.utils.batch_norm import scale_and_shift
 from fxvino.utils.fx import fetch_attr
 
 aten = torch.ops.aten
@@ -30,15 +31,11 @@ def fold_batch_norms(gm: torch.fx.GraphModule) -> int:
         plan = _plan(gm, bn)
         if plan is None:
             continue
-        conv, weight, bias, dtype = plan
-        _, bn_weight, bn_bias, mean, var, _, eps = bn.args
-        stats = [None if a is None else fetch_attr(gm, a.target).float() for a in (bn_weight, bn_bias)]
-        invstd = 1 / torch.sqrt(fetch_attr(gm, var.target).float() + eps)
-        scale = invstd if stats[0] is None else stats[0] * invstd
-        shift = -fetch_attr(gm, mean.target).float() * scale
-        shift = shift if stats[1] is None else shift + stats[1]
-        new_weight = weight.float() * scale.view(-1, *[1] * (weight.dim() - 1))
-        new_bias = shift if bias is None else bias.float() * scale + shift
+        conv, conv_weight, conv_bias, dtype = plan
+        statistics = (None if a is None else fetch_attr(gm, a.target) for a in bn.args[1:5])
+        scale, shift = scale_and_shift(*statistics, bn.args[6])
+        new_weight = conv_weight.float() * scale.view(-1, *[1] * (conv_weight.dim() - 1))
+        new_bias = shift if conv_bias is None else conv_bias.float() * scale + shift
         args = list(conv.args)
         with gm.graph.inserting_before(conv):
             args[1] = _attr(gm, f"_fxvino_bn_weight_{folded}", new_weight.to(dtype), conv.args[1])

@@ -8,6 +8,7 @@ import torch
 
 from fxvino.lowering import helpers as h
 from fxvino.lowering.registry import lowers
+from fxvino.utils.batch_norm import scale_and_shift
 
 aten = torch.ops.aten
 
@@ -79,10 +80,7 @@ def _frozen_scale_and_shift(x, weight, bias, mean, var, eps: float) -> tuple[ov.
     values = [None if p is None else h.constant_value(p) for p in params]
     if any(v is None and p is not None for v, p in zip(values, params, strict=True)):
         return None  # statistics computed in the graph (not frozen)
-    w, b, mean_, var_ = (None if v is None else v.float() for v in values)
-    invstd = 1 / torch.sqrt(var_ + eps)  # as eager's CPU kernel, in f32
-    scale = invstd if w is None else w * invstd
-    shift = -mean_ * scale if b is None else b - mean_ * scale
+    scale, shift = scale_and_shift(*values, eps)
     trailing = [1] * (h.rank(x) - 2)
     return tuple(h.owned_constant(v.to(dtype).view(-1, *trailing)) for v in (scale, shift))
 
