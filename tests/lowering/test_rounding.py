@@ -94,6 +94,32 @@ def test_a_weight_too_large_to_fold_in_torch_is_cast_like_torch(dtype):
 
 
 @pytest.mark.parametrize("dtype", SIXTEEN, ids=str)
+@pytest.mark.parametrize(
+    "chain",
+    [lambda w: w.t(), lambda w: w * 3, lambda w: w.double()],
+    ids=["transposed", "scaled", "f64"],
+)
+def test_a_weight_computed_before_its_cast_is_cast_like_torch(chain, dtype):
+    """A cast of a value computed from a large weight (a transpose, a product) is folded by
+    OpenVINO from Constant -> op -> Convert: fxvino rounds it before the Convert."""
+    weight = _values().repeat(512)[: 1024 * 1024].view(1024, 1024)
+
+    class Cast(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(weight.clone(), requires_grad=False)
+
+        def forward(self, x):
+            return chain(self.w).to(x.dtype) * x
+
+    model, ones = Cast().eval(), torch.ones(1024, dtype=dtype)
+    out, report = run_fxvino(model, ones)
+    _assert_same(out.flatten(), model(ones).flatten())
+    assert report.graphs[0].frozen_inputs == 1, "the weight was not frozen: OpenVINO did not fold its cast"
+    assert_all_on_openvino(report)
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN, ids=str)
 def test_an_autocast_boundary_rounds_the_16bit_result(dtype):
     """A product under autocast leaves in the 16-bit type and is cast back for a float op: the
     cast sees torch's rounded product. Operands of few bits keep every sum exact in f32, so the

@@ -61,8 +61,9 @@ from fxvino.utils.fx import fetch_attr
 # MoE grouped products on a grid of the runs instead of every row times every expert; 15: casts of
 # float constants to 16 bits made by torch, where older entries hold OpenVINO's folding of them,
 # and 16-bit batch norm with frozen statistics folded into its convolution or as one scale and
-# shift rounded once).
-KEY_FORMAT = 15
+# shift rounded once; 16: casts of values computed from float constants alone (a transposed or
+# scaled weight) rounded as torch rounds, where older entries hold OpenVINO's folding of them).
+KEY_FORMAT = 16
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.
 _PARALLEL_BYTES = 64 << 20

@@ -87,28 +87,47 @@ def round_to(x: ov.Output, dtype: torch.dtype) -> ov.Output:
 
 
 _SIXTEEN_BITS = {ov.Type.bf16: torch.bfloat16, ov.Type.f16: torch.float16}
+_WIDE_FLOATS = (ov.Type.f32, ov.Type.f64)
 
 
 def cast_constants(model: ov.Model) -> int:
-    """Give each Convert of an f32 or f64 Constant to bf16 or f16 the Constant torch's cast makes.
+    """Give each Convert of f32 or f64 constants to bf16 or f16 torch's cast of them.
 
     OpenVINO folds such a Convert when it compiles, and its bf16 is not torch's: a 4 MB weight
     cast under autocast (fxvino folds only casts up to ``FOLD_MAX_BYTES`` in torch) differed in
-    a quarter of its values, on an AMX Xeon as on an AVX2 CPU. The Convert stays, now from bf16
-    to bf16 (nothing to do; its output keeps its names). Returns how many it gave.
+    a quarter of its values, on an AMX Xeon as on an AVX2 CPU. A Constant's cast is made here by
+    torch; the Convert stays, now from bf16 to bf16 (nothing to do; its output keeps its names).
+    A value computed from float Constants alone (a transposed weight, a scaled one) is rounded
+    by :func:`round_to`'s f32 arithmetic, which OpenVINO folds exactly, so its Convert then only
+    meets values of the 16-bit type. Returns how many casts it gave.
     """
     cast = 0
-    for node in model.get_ordered_ops():
-        if node.get_type_name() != "Convert":
+    # Computed from Constants alone, with no Convert but between f32 and f64 on the way: a weight
+    # decompressed from integers or f16 (Convert(i8) -> Subtract -> Multiply) stays in the shape
+    # the plugin keeps compressed.
+    from_constants: dict[ov.Node, bool] = {}
+    for node in model.get_ordered_ops():  # producers before consumers
+        kind = node.get_type_name()
+        inputs = [node.input_value(i).get_node() for i in range(node.get_input_size())]
+        passes = kind not in ("Convert", "ReadValue") or (
+            kind == "Convert" and node.input_value(0).get_element_type() in _WIDE_FLOATS
+        )
+        from_constants[node] = kind == "Constant" or (passes and bool(inputs) and all(map(from_constants.get, inputs)))
+        if kind != "Convert":
             continue
         target = _SIXTEEN_BITS.get(node.get_output_element_type(0))
         source = node.input_value(0)
-        if target is None or source.get_element_type() not in (ov.Type.f32, ov.Type.f64):
+        if target is None or source.get_element_type() not in _WIDE_FLOATS:
             continue
         data = h.constant_value(source)
-        if data is None:
+        if data is not None:
+            node.input(0).replace_source_output(h.owned_constant(data.to(target)))
+        elif from_constants[source.get_node()]:
+            if source.get_element_type() != ov.Type.f32:  # torch casts f64 to 16 bits through f32 too
+                source = ops.convert(source, ov.Type.f32).output(0)
+            node.input(0).replace_source_output(round_to(source, target))
+        else:
             continue
-        node.input(0).replace_source_output(h.owned_constant(data.to(target)))
         cast += 1
     return cast
 
