@@ -26,7 +26,7 @@ demo: $(STAMP)
 # The suite in TEST_WORKERS processes (pytest-xdist), each test file in one of them so that its
 # module fixtures (an exported LLM, a server) are built once: on 2 cores 16.5 min instead of 27,
 # since most of a test's time is single-threaded tracing and compiling. TEST_WORKERS=0 runs it in
-# this process. The numerics pass below stays in one process: a worker would not run under QEMU.
+# this process. The numerics pass (test-avx2) runs in as many emulated workers.
 TEST_WORKERS ?= 2
 test: $(STAMP) java browser
 	$(VENV)/bin/ruff check .
@@ -51,8 +51,18 @@ docs: $(STAMP)
 # The processes QEMU's Python starts (the C++ compiler Inductor runs) run natively: Inductor's
 # -march=native would then compile the host's AVX-512 into kernels the emulated CPU cannot run.
 QEMU_CPU ?= Haswell-noTSX,-pcid,-x2apic,-tsc-deadline,-invpcid
+# With TEST_WORKERS > 0 the tests run in that many xdist workers, each an emulated Python
+# (tests/qemu-python; tests/conftest.py stops a worker that finds itself native): on 2 cores
+# about half the time of one emulated process.
+AVX2_ENV = FXVINO_CONFORMANCE=off FXVINO_EMULATED_CPU=avx2 TORCHINDUCTOR_CPP_MARCH=haswell \
+	QEMU_CPU=$(QEMU_CPU) VENV_PYTHON=$(CURDIR)/$(VENV)/bin/python
 test-avx2: $(STAMP) qemu
-	FXVINO_CONFORMANCE=off FXVINO_EMULATED_CPU=avx2 TORCHINDUCTOR_CPP_MARCH=haswell qemu-x86_64 -cpu $(QEMU_CPU) $(VENV)/bin/python -m pytest -q -p no:cacheprovider -m numerics
+	@if [ "$(TEST_WORKERS)" = 0 ]; then \
+	  $(AVX2_ENV) qemu-x86_64 -cpu $(QEMU_CPU) $(VENV)/bin/python -m pytest -q -p no:cacheprovider -m numerics; \
+	else \
+	  $(AVX2_ENV) $(VENV)/bin/python -m pytest -q -p no:cacheprovider -m numerics --dist load \
+	    --tx $(TEST_WORKERS)*popen//python=$(CURDIR)/tests/qemu-python; \
+	fi
 
 qemu:
 	@command -v qemu-x86_64 >/dev/null || { \
