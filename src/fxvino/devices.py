@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from pathlib import Path
 
 import openvino as ov
 import torch
@@ -107,3 +108,30 @@ def widened_types(device: str) -> frozenset[torch.dtype]:
     # A CPU that does not answer: round both, which is always right.
     bf16_kernels = "BF16" in (capabilities("CPU") or ())
     return frozenset({torch.float16} if bf16_kernels else {torch.float16, torch.bfloat16})
+
+
+# The x86 extensions fxvino's choices depend on, with the probe PyTorch has for each.
+_CPU_PROBES = {
+    "avx2": "_is_avx2_supported",
+    "avx512f": "_is_avx512_supported",
+    "avx512_bf16": "_is_avx512_bf16_supported",
+    "amx_tile": "_is_amx_tile_supported",
+}
+
+
+@functools.cache
+def cpu_features() -> frozenset[str]:
+    """Which of avx2, avx512f, avx512_bf16 and amx_tile this process can execute, as the CPUID
+    instruction says (PyTorch's probes): what OpenVINO's plugin picks its kernels by.
+
+    ``/proc/cpuinfo`` is the kernel's view of the host's CPU, which an emulator does not change:
+    under ``qemu-x86_64 -cpu Haswell`` (``make test-avx2``) it named AVX-512 and AMX while the
+    plugin ran its AVX2 kernels. It is read only where PyTorch lacks the probes."""
+    probes = {name: getattr(torch.cpu, probe, None) for name, probe in _CPU_PROBES.items()}
+    if all(callable(p) for p in probes.values()):
+        return frozenset(name for name, probe in probes.items() if probe())
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return frozenset()
+    return frozenset(_CPU_PROBES) & flags

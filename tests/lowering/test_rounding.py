@@ -15,7 +15,7 @@ import openvino.opset16 as ops
 import pytest
 import torch
 
-from fxvino.devices import core, widened_types
+from fxvino.devices import core, cpu_features, widened_types
 from fxvino.lowering.rounding import round_like_torch, round_to
 from harness import assert_all_on_openvino, run_fxvino
 
@@ -176,6 +176,17 @@ def test_exact_values_are_not_rounded_again():
     assert kinds.count("IsFinite") == 1, kinds
     assert len(kinds) > before
     assert [r.input_value(0).get_node().get_type_name() for r in model.get_results()][:2] == ["Reshape", "Convert"]
+
+
+def test_cpu_features_are_the_ones_the_plugin_sees():
+    """fxvino's CPU checks (``devices.cpu_features``) read CPUID, as the plugin does: under QEMU
+    Haswell ``/proc/cpuinfo`` still names the host's AVX-512 and AMX, CPUID does not."""
+    features = cpu_features()
+    has_bf16 = "BF16" in core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    if features & {"avx512_bf16", "amx_tile"}:
+        assert has_bf16, features
+    if os.environ.get("FXVINO_EMULATED_CPU") == "avx2":
+        assert features == {"avx2"} and not has_bf16, features
 
 
 def test_widened_types_follow_the_cpu_class():

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import functools
-from pathlib import Path
-
 import numpy as np
 import openvino as ov
 import openvino.opset16 as ops
 import torch
 
+from fxvino.devices import cpu_features
 from fxvino.lowering import helpers as h
 from fxvino.lowering.registry import lowers
 from fxvino.utils.dtypes import ov_type
@@ -58,7 +56,6 @@ def flattened_product(x: ov.Output) -> ov.Output | None:
     return product if h.rank(product) > 2 else None
 
 
-@functools.cache
 def _plain_b_is_slow() -> bool:
     """True on CPUs without AVX-512, where the CPU plugin's MatMul (brgemm_avx2) is slow over a
     right operand stored [K, N] and fast over one stored [N, K].
@@ -67,11 +64,8 @@ def _plain_b_is_slow() -> bool:
     [1024, 768] @ [768, 3072] 68 ms, and 41 ms with the right operand transposed in memory first;
     a weight gradient ``dy.t() @ x`` over 1024 rows 100 ms, 55 ms so. MKL takes 35 ms.
     """
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return " avx2" in flags and " avx512f" not in flags
+    features = cpu_features()
+    return "avx2" in features and "avx512f" not in features
 
 
 def _from_constants(x: ov.Output, depth: int = 4) -> bool:
