@@ -109,9 +109,7 @@ def cast_constants(model: ov.Model) -> int:
     for node in model.get_ordered_ops():  # producers before consumers
         kind = node.get_type_name()
         inputs = [node.input_value(i).get_node() for i in range(node.get_input_size())]
-        passes = kind not in ("Convert", "ReadValue") or (
-            kind == "Convert" and node.input_value(0).get_element_type() in _WIDE_FLOATS
-        )
+        passes = node.input_value(0).get_element_type() in _WIDE_FLOATS if kind == "Convert" else kind != "ReadValue"
         from_constants[node] = kind == "Constant" or (passes and bool(inputs) and all(map(from_constants.get, inputs)))
         if kind != "Convert":
             continue
