@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import importlib.util
+import itertools
 import json
 import logging
 import math
@@ -272,11 +274,19 @@ def setup(backend: str, model, args, ov_path: str, info: dict, name: str = "") -
         # The first output, copied out of the runtime's buffer only for the accuracy check.
         hooks["extract"] = lambda res: res[0]
         if name == "probe":  # OpenVINO's own inference, without its Python wrapper: what fxvino calls
-            request = compiled.create_infer_request()
-            for i, a in enumerate(np_args):
-                request.set_input_tensor(i, ov.Tensor(a))
+            from fxvino.compilation.plugin_config import TINY
+
             bare = ov._pyopenvino.InferRequest.infer
-            hooks["bare"] = lambda: bare(request, {}, True, False)
+            # fxvino compiles a graph this small with its tiny-graph properties (one thread, no
+            # pinning): its inference is the second line, and the affinity calls the plugin makes
+            # around every inference either way are timed on their own.
+            tiny = ov.Core().compile_model(ov_model, "CPU", {"INFERENCE_PRECISION_HINT": precision, **TINY})
+            for key, model_ in (("bare", compiled), ("bare_tiny", tiny)):
+                request = model_.create_infer_request()
+                for i, a in enumerate(np_args):
+                    request.set_input_tensor(i, ov.Tensor(a))
+                hooks[key] = functools.partial(bare, request, {}, True, False)
+            hooks["affinity"] = affinity_probes()
         return (lambda: compiled(np_args)), hooks
 
     if backend.startswith("fxvino"):
@@ -315,6 +325,26 @@ def _cpu_ticks() -> tuple[int, int]:
         return busy, int(rest[11]) + int(rest[12])  # utime + stime (all threads)
     except (OSError, ValueError, IndexError):
         return 0, 0
+
+
+def affinity_probes() -> dict[str, Callable[[], Any]]:
+    """What the CPU plugin's thread binding costs per inference on this machine.
+
+    Every inference enters the stream's TBB arena, whose binding observer reads the calling
+    thread's affinity and sets it on entry and back on exit (strace: one sched_getaffinity, two
+    sched_setaffinity per infer, even unpinned). Pinned (OpenVINO's default), the entry sets one
+    CPU: when the thread is on another, the kernel migrates it, which on some VMs costs tens of
+    microseconds. ``syscalls`` repeats the unpinned triple; ``migration`` moves the thread to the
+    other CPU on every call (absent with one CPU). Both include Python's ~0.1 µs per os call.
+    """
+    full = os.sched_getaffinity(0)
+    probes: dict[str, Callable[[], Any]] = {
+        "syscalls": lambda: (os.sched_getaffinity(0), os.sched_setaffinity(0, full), os.sched_setaffinity(0, full))
+    }
+    if len(full) > 1:
+        cpus = itertools.cycle([{c} for c in sorted(full)[:2]])
+        probes["migration"] = lambda: os.sched_setaffinity(0, next(cpus))
+    return probes
 
 
 def time_calls(call: Callable[[], Any], target_s: float, min_calls: int, max_calls: int) -> dict:
@@ -471,6 +501,15 @@ def measure(
         result.update(best)
         if hooks.get("bare") is not None:
             result["bare_infer_ms"] = time_calls(hooks["bare"], target_s, min_calls, max_calls)["median_ms"]
+            result["bare_tiny_infer_ms"] = time_calls(hooks["bare_tiny"], target_s, min_calls, max_calls)["median_ms"]
+            full = os.sched_getaffinity(0)
+            try:
+                result["affinity_us"] = {
+                    what: time_calls(probe, target_s, min_calls, max_calls)["median_ms"] * 1000
+                    for what, probe in hooks["affinity"].items()
+                }
+            finally:
+                os.sched_setaffinity(0, full)
 
         # ---- output for the accuracy check (copied: runtimes may reuse output buffers)
         out = call()

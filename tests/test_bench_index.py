@@ -41,3 +41,20 @@ def test_index_has_one_section_per_class_with_its_ratios(tmp_path):
     assert text.count("\n## ") == 2
     assert "[results-intel-amx.md](results-intel-amx.md)" in text
     assert "| bert | 0.92× |" in text and "| bert | 2.00× |" in text
+
+
+def test_probe_report_breaks_openvinos_part_down(tmp_path):
+    """The per-call line a session on another CPU class reads first: OpenVINO's inference as native
+    and as fxvino compile it, and the thread-binding costs the plugin pays around each one, measured
+    by the real worker on this machine."""
+    from benchmarks.bench import main
+
+    out = tmp_path / "probe.md"
+    args = ["--models", "probe", "--backends", "eager,native_ov", "--repeats", "1", "--target-seconds", "0.05"]
+    assert main([*args, "--quiet-wait", "0", "--max-attempts", "1", "--out", str(out)]) == 0
+    aggregate = json.loads(out.with_suffix(".json").read_text())["aggregate"]
+    native = next(a for a in aggregate if a["backend"] == "native_ov")
+    assert 0 < native["bare_tiny_infer_ms"] < native["median_ms"]
+    assert native["affinity_us"]["syscalls"] > 0
+    text = out.read_text()
+    assert "one thread, no pinning" in text and "one get, two sets" in text
