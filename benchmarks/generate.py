@@ -63,6 +63,11 @@ SIZES: dict[str, dict[str, int]] = {
     "small": dict(
         hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4
     ),
+    # SmolLM2-135M's shape (vocabulary aside): 30 narrow layers, the decode step bound by per-node
+    # cost rather than by weight traffic, as small models on CPUs are.
+    "135m": dict(
+        hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3
+    ),
     "tiny": dict(
         hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
     ),

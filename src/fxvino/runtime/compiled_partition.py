@@ -4,7 +4,8 @@ The call path is what per-call overhead is made of, so it is kept short. Each in
 comes from a pool (concurrent callers never share one) together with torch views of its own
 input and output buffers. A small static-shaped input is copied into the request's buffer:
 handing OpenVINO new memory on every call (``set_input_tensor``) costs more than copying a few
-kilobytes. A large input is handed over without a copy instead. Small outputs are copied into
+kilobytes. A large input is handed over without a copy instead, and stays bound while calls
+pass the same tensor over the same memory (OpenVINO reads it afresh at each inference). Small outputs are copied into
 fresh torch tensors, so a result never changes when the model runs again. A large dynamic-shaped
 output (a KV cache growing by one position per decode step) is handed over without a copy
 instead, and the request that owns its memory is kept out of the pool until every tensor viewing
@@ -101,7 +102,7 @@ class _Plain(NamedTuple):
 class _Request:
     """An infer request and torch views of the buffers it owns (built once, reused)."""
 
-    __slots__ = ("request", "binding", "inputs", "outputs", "lent", "on_loan", "retired", "lender", "plain")
+    __slots__ = ("request", "binding", "inputs", "held", "outputs", "lent", "on_loan", "retired", "lender", "plain")
 
     def __init__(self, binding: _Binding, lender: CompiledPartition | None = None):
         self.request = request = binding.compiled.create_infer_request()
@@ -109,6 +110,9 @@ class _Request:
         for i, tensor in binding.fixed:
             request.set_input_tensor(i, tensor)
         self.inputs = {i: _torch_view(request.get_input_tensor(i), dtype) for i, dtype in binding.copy_in}
+        # Port -> the tensor bound there by the last call, and where its data was: the same
+        # tensor again (a StaticCache's K and V on every decode step) is already bound.
+        self.held: dict[int, tuple[weakref.ref, int, torch.Size]] = {}
         self.outputs: dict[int, Any] = {}  # static outputs: the request's own array, read in place
         self.lent = 0  # outputs handed over without a copy and still alive
         self.on_loan = False  # kept out of the pool until ``lent`` drops to 0
@@ -377,7 +381,14 @@ class CompiledPartition:
                         view.copy_(a)
                         continue
                     rebound = True
-                if not a.is_contiguous():
+                held = slot.held.get(i)
+                contiguous = a.is_contiguous()
+                if held is not None and contiguous and held[0]() is a and held[1:] == (a.data_ptr(), a.shape):
+                    continue  # the same memory in the same layout, read afresh by this inference
+                if contiguous:
+                    slot.held[i] = (weakref.ref(a), a.data_ptr(), a.shape)
+                else:
+                    slot.held.pop(i, None)
                     a = a.contiguous()
                 alive.append(a)
                 request.set_input_tensor(i, to_ov_tensor(a))
