@@ -129,10 +129,12 @@ def test_a_bound_input_is_bound_once_and_again_when_its_memory_or_sizes_change()
         out, bound = _set_input_calls(fn, x)
         assert bound == 0
         torch.testing.assert_close(out, x * 2 + 1)
+        first, expected = out, out.clone()
         x.add_(1)
         out, bound = _set_input_calls(fn, x)
         assert bound == 0
         torch.testing.assert_close(out, x * 2 + 1)
+        torch.testing.assert_close(first, expected)  # results are copies, not the request's buffer
         x.set_(torch.randn(COPY_IN_BYTES // 2))  # the same tensor over new memory
         out, bound = _set_input_calls(fn, x)
         assert bound == 1
@@ -154,11 +156,12 @@ def test_a_bound_input_transposed_in_place_is_bound_again():
     square = torch.randn(256, 256)
     _, captured = _partitions_compiling(lambda x: x * 2 + 1, square)
     part = captured[0]
-    part(square)
+    (first,), expected = part(square), square * 2 + 1
     square.t_()
     (out,), bound = _set_input_calls(part, square)
     assert bound == 1
     torch.testing.assert_close(out, square * 2 + 1)
+    torch.testing.assert_close(first, expected)  # static results are copied out, never the request's buffer
 
 
 def _partitions_compiling(fn, *args):

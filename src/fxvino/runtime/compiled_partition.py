@@ -102,7 +102,19 @@ class _Plain(NamedTuple):
 class _Request:
     """An infer request and torch views of the buffers it owns (built once, reused)."""
 
-    __slots__ = ("request", "binding", "inputs", "held", "outputs", "lent", "on_loan", "retired", "lender", "plain")
+    __slots__ = (
+        "request",
+        "binding",
+        "inputs",
+        "held",
+        "outputs",
+        "lent",
+        "on_loan",
+        "retired",
+        "lender",
+        "copied_out",
+        "plain",
+    )
 
     def __init__(self, binding: _Binding, lender: CompiledPartition | None = None):
         self.request = request = binding.compiled.create_infer_request()
@@ -118,21 +130,29 @@ class _Request:
         self.on_loan = False  # kept out of the pool until ``lent`` drops to 0
         self.retired = False  # never to be pooled again (its copy-in views went stale)
         self.lender = lender
-        self.plain = self._plain() if binding.plain and not (lender is not None and lender.lend_static) else None
+        lends = lender is not None and lender.lend_static
+        # Every result a static tensor, none lent: each call copies them out of these arrays,
+        # decided once rather than per result (a StaticCache decode step's 121 small results:
+        # its call took 0.04-0.05 ms less around the inference, ~0.7 ms).
+        self.copied_out = self._copied_out() if binding.static_results and not lends else None
+        self.plain = self._plain() if binding.plain and self.copied_out is not None else None
 
-    def _plain(self) -> _Plain:
-        binding, request = self.binding, self.request
-        inputs = tuple(
-            (spec.position, view, view.dtype, view.shape)
-            for i, spec in binding.call_inputs
-            for view in (self.inputs[i],)
-        )
+    def _copied_out(self) -> tuple[tuple[Any, torch.dtype | None], ...]:
+        """(the request's own array, the dtype to reinterpret its copy as, None if torch reads it right)."""
         outputs = []
-        for spec in binding.outputs:
-            array = self.outputs[spec.index] = request.get_output_tensor(spec.index).data
+        for spec in self.binding.outputs:
+            array = self.outputs[spec.index] = self.request.get_output_tensor(spec.index).data
             read_as = torch.from_numpy(array).dtype
             outputs.append((array, spec.dtype if spec.dtype is not None and spec.dtype != read_as else None))
-        return _Plain(inputs, tuple(outputs), len(outputs) == 1)
+        return tuple(outputs)
+
+    def _plain(self) -> _Plain:
+        inputs = tuple(
+            (spec.position, view, view.dtype, view.shape)
+            for i, spec in self.binding.call_inputs
+            for view in (self.inputs[i],)
+        )
+        return _Plain(inputs, self.copied_out, len(self.copied_out) == 1)
 
     def output(self, index: int, dtype: torch.dtype | None, lend: bool = False) -> torch.Tensor:
         """The output as a fresh tensor; a static output lives in one buffer, read in place.
@@ -182,6 +202,7 @@ class _Binding:
         "fixed",
         "copied",
         "packed",
+        "static_results",
         "plain",
         "trim_pending",
     )
@@ -223,10 +244,13 @@ class _Binding:
         bound = sum(static_bytes(port) for i, port in enumerate(compiled.inputs) if i not in copied_in)
         self.trim_pending = bound >= heap.TRIM_BYTES
         self.static_out = frozenset(i for i, port in enumerate(compiled.outputs) if port.get_partial_shape().is_static)
-        # Every call input copied in, every result a static tensor output: requests get a _Plain.
-        self.plain = all(spec.kind == "tensor" and i in copied_in for i, spec in self.call_inputs) and all(
+        self.static_results = all(
             spec.kind == "tensor" and spec.index in self.static_out and spec.index not in self.packed
             for spec in self.outputs
+        )
+        # Every call input copied in, every result a static tensor output: requests get a _Plain.
+        self.plain = self.static_results and all(
+            spec.kind == "tensor" and i in copied_in for i, spec in self.call_inputs
         )
 
 
@@ -396,6 +420,8 @@ class CompiledPartition:
             if binding.trim_pending:
                 binding.trim_pending = False
                 heap.trim()
+            if slot.copied_out is not None:
+                return tuple([_torch_view_of(array.copy(), dtype) for array, dtype in slot.copied_out])
             lend = self._on_loan < MAX_LENT
             return tuple(_take(slot, spec, args, lend) for spec in binding.outputs)
         finally:
