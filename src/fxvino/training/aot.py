@@ -46,7 +46,7 @@ import torch.fx
 from fxvino.lowering import helpers as h
 from fxvino.lowering.convert import LoweredGraph
 from fxvino.runtime import heap_trim as heap
-from fxvino.runtime.compiled_partition import LEND_BYTES, static_bytes
+from fxvino.runtime.compiled_partition import LEND_STATIC_BYTES, static_bytes
 from fxvino.training import channels_last
 from fxvino.training.saved_values import SavedValues
 
@@ -124,7 +124,7 @@ def outputs_written_in_place(model: ov.Model) -> int:
         value = result.input_value(0)
         if (
             value.get_node().get_type_name() in ("Parameter", "Constant")
-            or static_bytes(value) < LEND_BYTES  # 0 for a dynamic shape
+            or static_bytes(value) < LEND_STATIC_BYTES  # 0 for a dynamic shape
             or not _read_in_graph(value)
         ):
             continue
