@@ -483,11 +483,16 @@ def write_markdown(path: Path, table: dict, models: list[str], backends: list[st
             )
         affinity = native.get("affinity_us") or {}
         if "syscalls" in affinity:
-            lines.append(
+            line = (
                 "The affinity calls the plugin makes around every inference (one get, two sets): "
-                f"{affinity['syscalls']:.1f} µs; moving the calling thread to another CPU, as a pinned "
-                f"inference does when the thread is elsewhere: {affinity.get('migration', float('nan')):.1f} µs."
+                f"{affinity['syscalls']:.1f} µs"
             )
+            if "migration" in affinity:  # absent with one CPU
+                line += (
+                    "; moving the calling thread to another CPU, as a pinned inference does when the "
+                    f"thread is elsewhere: {affinity['migration']:.1f} µs"
+                )
+            lines.append(line + ".")
 
     lines += ["", f"Raw per-round results: `{meta['json_name']}`; worker logs: `benchmarks/logs/`.", ""]
     path.write_text("\n".join(lines))
