@@ -174,7 +174,11 @@ class _Watcher:
                 self._watched.append(entry)
                 if self._stop is None:
                     self._stop = threading.Event()
-                    threading.Thread(target=self._tick, args=(self._stop,), daemon=True, name="fxvino-pages").start()
+                    # The baseline is read here, not by the thread once it runs: on a busy machine
+                    # the compile had read the weights before the thread's first look, which then
+                    # counted them in and saw no growth (a flaky test_weight_pages under xdist).
+                    args = (self._stop, _file_resident())
+                    threading.Thread(target=self._tick, args=args, daemon=True, name="fxvino-pages").start()
                 return
         self._release([entry], credit=True)
 
@@ -196,8 +200,7 @@ class _Watcher:
             if last:
                 self._release(watched, credit=True)
 
-    def _tick(self, stop: threading.Event) -> None:
-        baseline = _file_resident()
+    def _tick(self, stop: threading.Event, baseline: int) -> None:
         while not stop.wait(TICK_SECONDS):
             if _file_resident() - baseline < GROWTH_BYTES:
                 continue
