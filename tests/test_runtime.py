@@ -386,6 +386,18 @@ def test_a_tiny_static_graph_runs_on_the_calling_thread_unpinned():
     assert compiled.get_property("ENABLE_CPU_PINNING") is False
 
 
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_graphs_run_unpinned_unless_the_mode_pins_them(mode):
+    """A graph of real work keeps both threads but leaves them unpinned by default (a busy process
+    on one pinned CPU made every inference wait for it); ``reduce-overhead`` pins."""
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512)).eval()
+    x = torch.randn(64, 512)
+    out, compiled = _only_partition(model, x, mode=mode)
+    torch.testing.assert_close(out, model(x))
+    assert compiled.get_property("INFERENCE_NUM_THREADS") != 1  # not a tiny graph
+    assert compiled.get_property("ENABLE_CPU_PINNING") is (mode == "reduce-overhead")
+
+
 def test_the_users_config_wins_over_the_tiny_graph_settings():
     x = torch.randn(16)
     config = {"INFERENCE_NUM_THREADS": 2, "ENABLE_CPU_PINNING": "YES"}
