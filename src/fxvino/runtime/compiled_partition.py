@@ -175,8 +175,7 @@ class _Request:
                 return _torch_view_of(_unpacked(self.request, binding.packed[index]).copy(), dtype)
             tensor = self.request.get_output_tensor(index)
             lendable = (index not in binding.static_out and index not in binding.copied) or self.lender.lend_static
-            least = LEND_STATIC_BYTES if self.lender.lend_static else LEND_BYTES
-            if lend and lendable and tensor.byte_size >= least:
+            if lend and lendable and tensor.byte_size >= self.lender.lend_bytes:
                 array = tensor.data
                 self.lent += 1
                 weakref.finalize(array, self.lender._returned, self)  # when the last view is freed
@@ -277,6 +276,7 @@ class CompiledPartition:
         # are gradients the next zero_grad frees, so their memory is lent whatever their shape:
         # copying them cost more than OpenVINO's inference of BERT's forward and backward.
         self.lend_static = lend_static
+        self.lend_bytes = LEND_STATIC_BYTES if lend_static else LEND_BYTES  # the least a lent result holds
         self.binding: _Binding | None = _Binding(compiled, inputs, outputs, copied, packed)
         # Requests are made on first use: not in the fake mode the compiler runs under.
         self._pool: queue.SimpleQueue[_Request] = queue.SimpleQueue()
