@@ -3,19 +3,16 @@
 The whole suite (75 architectures, each in its own process) is ``python -m benchmarks.models``;
 these run in CI through the same ``run_one``. Each must match eager (relative error <= 1e-4) and run
 fully on OpenVINO (no op in PyTorch, no fallback); the decoder also through ``generate()`` with
-eager's tokens. Models failing on a known gap are strict xfails: when the gap is closed the test
-fails until its mark is removed, so the slice never hides a fix or a regression.
+eager's tokens. A model failing on a known gap goes in as a strict xfail (``pytest.param(name,
+marks=pytest.mark.xfail(strict=True, reason=...))``): when the gap is closed the test fails until its
+mark is removed, so the slice never hides a fix or a regression (``rnn`` was one until its LSTM was
+lowered).
 """
 
 from __future__ import annotations
 
 import pytest
 from benchmarks import models
-
-
-def _known_gap(name: str, reason: str) -> pytest.param:
-    return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=reason))
-
 
 FAST = [
     "bert",  # encoder: MHA, GELU, LayerNorm
@@ -27,7 +24,7 @@ FAST = [
     "cnn-lrn-ceil",  # LocalResponseNorm, ceil-mode pools
     "wav2vec2",  # conv feature encoder, weight-normed positional conv
     "unet",  # diffusers: timestep embedding, GroupNorm, cross-attention, nearest upsampling
-    _known_gap("rnn", "nn.LSTM decomposes to aten.mkldnn_rnn_layer on CPU, which has no lowering"),
+    "rnn",  # bidirectional 2-layer LSTM (aten.mkldnn_rnn_layer as LSTMSequence) into a GRU
     "graph-break-blocks",  # one graph after a graph break, called by 3 module instances with their own weights
 ]
 

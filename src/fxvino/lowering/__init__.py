@@ -27,6 +27,7 @@ FAMILIES = (
     "dynamic_output",
     "fft",
     "moe",
+    "recurrent",
     "quantized",
     "declined",
 )

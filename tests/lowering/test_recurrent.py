@@ -1,0 +1,112 @@
+"""LSTM layers (``aten.mkldnn_rnn_layer``) as OpenVINO's LSTMSequence, against eager PyTorch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import assert_all_on_openvino, cpu_computes_bf16, run_fxvino
+
+LAYER = "aten.mkldnn_rnn_layer.default"
+
+
+@pytest.fixture(autouse=True)
+def capture_rnns():
+    """Dynamo runs nn.LSTM eagerly unless ``allow_rnn`` is set: then it decomposes per layer."""
+    with torch._dynamo.config.patch(allow_rnn=True):
+        yield
+
+
+class Tagger(torch.nn.Module):
+    """An LSTM between other layers: with the LSTM lowered, one OpenVINO partition."""
+
+    def __init__(self, **lstm: object):
+        super().__init__()
+        self.embed = torch.nn.Linear(6, 8)
+        self.lstm = torch.nn.LSTM(8, 12, **lstm)
+        directions = 2 if lstm.get("bidirectional") else 1
+        self.head = torch.nn.Linear(12 * directions, 5)
+
+    def forward(self, x, state=None):
+        y, (h, c) = self.lstm(torch.relu(self.embed(x)), state)
+        return self.head(y).softmax(-1), h, c
+
+
+@pytest.mark.parametrize(
+    "lstm, layers",
+    [
+        ({}, 1),
+        ({"num_layers": 3}, 3),
+        ({"bidirectional": True}, 2),  # the backward direction runs reversed
+        ({"batch_first": True, "num_layers": 2, "bidirectional": True}, 4),
+        ({"bias": False}, 1),
+    ],
+)
+def test_lstm_layers_run_on_openvino_as_eager_computes_them(lstm, layers):
+    torch.manual_seed(0)
+    model = Tagger(**lstm).eval()
+    x = torch.randn(3, 7, 6)  # time-major [T, B, I], or [B, T, I] batch first
+    out, report = run_fxvino(model, x)
+    with torch.no_grad():
+        expected = model(x)
+    for got, want in zip(out, expected, strict=True):
+        torch.testing.assert_close(got, want)
+    assert_all_on_openvino(report)
+    assert report.ov_ops[LAYER] == layers, str(report)
+
+
+def test_given_initial_state_and_another_length_of_sequence():
+    torch.manual_seed(1)
+    model = Tagger(num_layers=2).eval()
+    state = (torch.randn(2, 4, 12), torch.randn(2, 4, 12))
+    for steps in (9, 2):  # a new length compiles again (or runs dynamic): both lowered
+        x = torch.randn(steps, 4, 6)
+        out, report = run_fxvino(model, x, state)
+        with torch.no_grad():
+            expected = model(x, state)
+        for got, want in zip(out, expected, strict=True):
+            torch.testing.assert_close(got, want)
+        assert report.ov_ops[LAYER] == 2, str(report)
+
+
+@pytest.mark.numerics
+def test_bf16_lstm_follows_the_bf16_contract():
+    """With bf16 kernels, the layer runs in bf16 as eager's does; without them (AVX2-only), the
+    plugin computes it in f32 and rounds the outputs once (Guarantees), so it is compared with
+    the same weights and inputs computed in f32. Under QEMU's Haswell, eager's own bf16 LSTM was
+    0.11-0.23 away from that f32 result, fxvino's 0.001."""
+    torch.manual_seed(2)
+    model = Tagger().eval().to(torch.bfloat16)
+    x = torch.randn(5, 2, 6, dtype=torch.bfloat16)
+    out, report = run_fxvino(model, x)
+    with torch.no_grad():
+        if cpu_computes_bf16():
+            expected = model(x)
+        else:
+            wide = Tagger().eval()
+            wide.load_state_dict({k: v.float() for k, v in model.state_dict().items()})
+            expected = [y.to(torch.bfloat16) for y in wide(x.float())]
+    for got, want in zip(out, expected, strict=True):
+        assert got.dtype == torch.bfloat16
+        torch.testing.assert_close(got.float(), want.float(), atol=0.02, rtol=0.02)
+    assert report.ov_ops[LAYER] == 1, str(report)
+
+
+def test_a_layer_the_lowering_does_not_cover_runs_in_pytorch():
+    """The decomposition only makes inference layers; one written in training mode by hand is
+    declined and runs in PyTorch, with the same results."""
+    torch.manual_seed(3)
+    w_ih, w_hh = torch.randn(16, 3), torch.randn(16, 4)
+    b_ih, b_hh = torch.randn(16), torch.randn(16)
+    hx, cx = torch.randn(1, 2, 4), torch.randn(1, 2, 4)
+
+    def layer(x):
+        args = (x, w_ih, w_hh, b_ih, b_hh, hx, cx, False, [], 2, 4, 1, True, False, False, True)
+        return torch.ops.aten.mkldnn_rnn_layer(*args)[:3]
+
+    x = torch.randn(5, 2, 3)
+    out, report = run_fxvino(layer, x)
+    for got, want in zip(out, layer(x), strict=True):
+        torch.testing.assert_close(got, want)
+    assert report.torch_ops[LAYER] == 1, str(report)
+    assert LAYER not in report.ov_ops
