@@ -75,3 +75,17 @@ def test_from_outcomes_falls_back_to_the_table_ops():
     ]
     cases = coverage.from_outcomes(records, {("x", "v"): (VIEW, ADD)})
     assert cases == [Case("x.v", "int64", FAILED, "[m] z", (ADD, VIEW)), Case("y", "bool", PASSED, "", (MUL,))]
+
+
+def test_committed_ops_page_is_what_the_registry_generates():
+    """docs/ops.md is generated (``fxvino ops --markdown docs/ops.md``): a lowering added without
+    regenerating it leaves the page behind (``aten._grouped_mm`` was missing from it, and the
+    command looked for its inputs under src/ after the package moved there)."""
+    summary = coverage.DEFAULT_SUMMARY
+    assert summary.exists(), f"{summary}: the committed conformance summary"
+    dynamic = coverage.dynamic_ops()
+    assert dynamic, f"{coverage.DEFAULT_DYNAMIC_TESTS}: no DYNAMIC_OPS found"
+    cases = coverage.load_summary(summary)
+    page = coverage.markdown(coverage.ops_rows(cases, dynamic), cases, coverage.summary_about(summary))
+    committed = (summary.parent / "ops.md").read_text()
+    assert page == committed, "docs/ops.md is stale: run `fxvino ops --markdown docs/ops.md`"

@@ -29,9 +29,9 @@ from typing import Any
 
 import torch
 
-# docs/conformance.json in a source checkout (src/fxvino/coverage.py -> the repository root).
-DEFAULT_SUMMARY = Path(__file__).resolve().parents[2] / "docs" / "conformance.json"
-DEFAULT_DYNAMIC_TESTS = Path(__file__).resolve().parents[2] / "tests" / "lowering" / "test_dynamic_families.py"
+# docs/conformance.json in a source checkout (src/fxvino/tools/op_coverage.py -> the repository root).
+DEFAULT_SUMMARY = Path(__file__).resolve().parents[3] / "docs" / "conformance.json"
+DEFAULT_DYNAMIC_TESTS = Path(__file__).resolve().parents[3] / "tests" / "lowering" / "test_dynamic_families.py"
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 _STATUS = {"passed": PASSED, "xpassed": PASSED, "failed": FAILED, "xfailed": FAILED, "skipped": SKIPPED}
