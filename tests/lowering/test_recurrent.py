@@ -69,6 +69,20 @@ def test_given_initial_state_and_another_length_of_sequence():
         assert report.ov_ops[LAYER] == 2, str(report)
 
 
+def test_symbolic_length_and_batch():
+    """dynamic=True: the sequence lengths LSTMSequence needs are computed from the input's shape."""
+    torch.manual_seed(4)
+    model = Tagger(num_layers=2).eval()
+    x = torch.randn(6, 3, 6)
+    out, report = run_fxvino(model, x, dynamic=True)
+    with torch.no_grad():
+        expected = model(x)
+    for got, want in zip(out, expected, strict=True):
+        torch.testing.assert_close(got, want)
+    assert_all_on_openvino(report)
+    assert report.ov_ops[LAYER] == 2, str(report)
+
+
 @pytest.mark.numerics
 def test_bf16_lstm_follows_the_bf16_contract():
     """With bf16 kernels, the layer runs in bf16 as eager's does; without them (AVX2-only), the
