@@ -14,15 +14,10 @@ def _ops(args: argparse.Namespace) -> int:
         return _ops_markdown(args)
     from fxvino.lowering import ensure_registered
     from fxvino.lowering.registry import all_entries, op_name
+    from fxvino.tools.op_coverage import core_aten_ops
 
     ensure_registered()
-    core = {
-        str(getattr(packet, o))
-        for name in dir(torch.ops.aten)
-        if isinstance(packet := getattr(torch.ops.aten, name, None), torch._ops.OpOverloadPacket)
-        for o in packet.overloads()
-        if torch.Tag.core in getattr(packet, o).tags
-    }
+    core = core_aten_ops()
     by_family: dict[str, list[str]] = defaultdict(list)
     for target, entry in all_entries().items():
         by_family[entry.family].append(op_name(target) + (" (validated)" if entry.validator else ""))

@@ -104,9 +104,15 @@ def verdicts(cases: Iterable[Case], dtype: str = "float32") -> dict[str, Verdict
 
 
 def core_aten_ops() -> set[str]:
-    """Every ``torch.Tag.core`` overload of ``torch.ops.aten``, as 'aten.name.overload'."""
+    """Every ``torch.Tag.core`` overload of ``torch.ops.aten``, as 'aten.name.overload'.
+
+    Read from the dispatcher's list of every registered op: ``dir(torch.ops.aten)`` holds only the
+    packets some code has touched, so the set grew with what the process had run (``resize_`` and
+    ``sym_is_contiguous`` were missing from every listing made in a fresh process)."""
+    registered = torch._C._dispatch_get_all_op_names()
+    packets = {n.split("::", 1)[1].split(".", 1)[0] for n in registered if n.startswith("aten::")}
     names = set()
-    for name in dir(torch.ops.aten):
+    for name in packets:
         packet = getattr(torch.ops.aten, name, None)
         if not isinstance(packet, torch._ops.OpOverloadPacket):
             continue
