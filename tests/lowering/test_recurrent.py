@@ -124,3 +124,50 @@ def test_a_layer_the_lowering_does_not_cover_runs_in_pytorch():
         torch.testing.assert_close(got, want)
     assert report.torch_ops[LAYER] == 1, str(report)
     assert LAYER not in report.ov_ops
+
+
+GRU = "fxvino.gru.default"
+
+
+@pytest.mark.parametrize(
+    "gru",
+    [
+        {},
+        {"num_layers": 3},
+        {"bidirectional": True},
+        {"batch_first": True, "num_layers": 2, "bidirectional": True},
+        {"bias": False, "num_layers": 2},
+    ],
+)
+def test_a_gru_runs_whole_on_openvino_as_eager_computes_it(gru):
+    """nn.GRU stays one op through AOTAutograd (capture/recurrent.py): one GRUSequence per layer,
+    not ~50 ops per time step."""
+    torch.manual_seed(5)
+    model = torch.nn.GRU(6, 10, **gru).eval()
+    directions = 2 if model.bidirectional else 1
+    x = torch.randn(4, 9, 6)  # [T, B, I] or [B, T, I]
+    h0 = torch.randn(model.num_layers * directions, 4 if model.batch_first else 9, 10)
+    out, report = run_fxvino(model, x, h0)
+    with torch.no_grad():
+        expected = model(x, h0)
+    for got, want in zip(out, expected, strict=True):
+        torch.testing.assert_close(got, want)
+    assert_all_on_openvino(report)
+    assert report.ov_ops[GRU] == 1 and sum(report.ov_ops.values()) <= 3, str(report)
+
+
+def test_a_gru_that_needs_gradients_unrolls_and_trains_as_eager():
+    """With gradients the GRU keeps PyTorch's decomposition (the whole op has no backward)."""
+    torch.manual_seed(6)
+    model = torch.nn.GRU(6, 10)
+    x = torch.randn(5, 2, 6)
+    compiled = torch.compile(model, backend="fxvino")
+    out, _ = compiled(x)
+    out.sum().backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    expected, _ = model(x)
+    expected.sum().backward()
+    torch.testing.assert_close(out, expected)
+    for g, p in zip(got, model.parameters(), strict=True):
+        torch.testing.assert_close(g, p.grad)

@@ -1,4 +1,4 @@
-"""Recurrent layers: an LSTM layer as OpenVINO's LSTMSequence.
+"""Recurrent layers: an LSTM layer as OpenVINO's LSTMSequence, a GRU as GRUSequences.
 
 In inference on CPU, PyTorch's LSTM decomposition hands each layer and direction to oneDNN's
 ``aten.mkldnn_rnn_layer`` (``torch._decomp.decompositions.mkldnn_one_layer_lstm``), an op
@@ -9,6 +9,11 @@ time-major, with no packed sequence, so that is what is lowered; anything else i
 PyTorch orders a layer's four gates input, forget, cell, output; LSTMSequence wants forget,
 input, cell, output, and one bias where PyTorch adds two. The weights are frozen constants, so
 the reordering and the sum fold away at compile time.
+
+``nn.GRU`` arrives whole, as ``fxvino::gru`` (``capture/recurrent.py``): each layer becomes one
+GRUSequence over both directions, its gates reordered from PyTorch's reset, update, new to
+OpenVINO's update, reset, new, with ``linear_before_reset`` since PyTorch applies the reset gate
+to the hidden state's product, bias included.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import openvino.opset16 as ops
 import torch
 
 from fxvino.lowering import helpers as h
-from fxvino.lowering.registry import lowers
+from fxvino.lowering.registry import lowers, lowers_named
 
 aten = torch.ops.aten
 
@@ -37,10 +42,19 @@ def _one_lstm_layer(node: torch.fx.Node) -> str | None:
     return None
 
 
-def _gates_fico(w: ov.Output) -> ov.Output:
-    """PyTorch's [i; f; g; o] rows (or entries) as OpenVINO's [f; i; g; o]."""
-    i, f, g, o = ops.split(w, h.const(0, torch.int64), 4).outputs()
-    return ops.concat([f, i, g, o], 0).output(0)
+def _gates(w: ov.Output, order: tuple[int, ...]) -> ov.Output:
+    """The gate blocks of ``w``'s rows (or entries) in ``order``: PyTorch's to OpenVINO's."""
+    blocks = ops.split(w, h.const(0, torch.int64), len(order)).outputs()
+    return ops.concat([blocks[k] for k in order], 0).output(0)
+
+
+_FICO = (1, 0, 2, 3)  # LSTM: PyTorch's input, forget, cell, output -> forget, input, cell, output
+_ZRH = (1, 0, 2)  # GRU: PyTorch's reset, update, new -> update, reset, new
+
+
+def _lengths(batch_major: ov.Output) -> ov.Output:
+    """Every sequence runs the whole length: [B] i32 copies of T, from ``[B, T, ...]``."""
+    return ops.broadcast(h.cast(h.dim(batch_major, 1), torch.int32), h.unsqueeze(h.dim(batch_major, 0), 0)).output(0)
 
 
 @lowers(aten.mkldnn_rnn_layer.default, validator=_one_lstm_layer)
@@ -50,19 +64,18 @@ def mkldnn_rnn_layer(
 ):  # fmt: skip
     """x [T, B, I], hx and cx [1, B, H] -> (y [T, B, H], hy [1, B, H], cy [1, B, H], empty workspace)."""
     dtype = h.out_dtype(node)
-    w = h.unsqueeze(_gates_fico(h.cast_like(w_ih, x)), 0)  # [1, 4H, I]
-    r = h.unsqueeze(_gates_fico(h.cast_like(w_hh, x)), 0)  # [1, 4H, H]
+    w = h.unsqueeze(_gates(h.cast_like(w_ih, x), _FICO), 0)  # [1, 4H, I]
+    r = h.unsqueeze(_gates(h.cast_like(w_hh, x), _FICO), 0)  # [1, 4H, H]
     if has_biases:
-        b = _gates_fico(ops.add(h.cast_like(b_ih, x), h.cast_like(b_hh, x)).output(0))
+        b = _gates(ops.add(h.cast_like(b_ih, x), h.cast_like(b_hh, x)).output(0), _FICO)
     else:  # the decomposition passes zeros shaped like the weights: there is no bias
         b = ops.broadcast(h.const(0.0, dtype), h.const([4 * hidden_size], torch.int64)).output(0)
     batch_major = h.transpose(x, [1, 0, 2])  # [B, T, I]
-    lengths = ops.broadcast(h.cast(h.dim(x, 0), torch.int32), h.unsqueeze(h.dim(x, 1), 0)).output(0)
     lstm = ops.lstm_sequence(
         batch_major,
         h.transpose(h.cast_like(hx, x), [1, 0, 2]),  # [B, 1, H]
         h.transpose(h.cast_like(cx, x), [1, 0, 2]),
-        lengths,
+        _lengths(batch_major),
         w,
         r,
         h.unsqueeze(b, 0),
@@ -73,3 +86,63 @@ def mkldnn_rnn_layer(
     y = h.transpose(h.squeeze(y, 1), [1, 0, 2])
     workspace = h.const([], torch.uint8)
     return (y, h.transpose(hy, [1, 0, 2]), h.transpose(cy, [1, 0, 2]), workspace)
+
+
+def _plain_gru(node: torch.fx.Node) -> str | None:
+    if node.args[6]:
+        return "a GRU in training mode (dropout between layers)"
+    return None
+
+
+def _gru_bias(b_ih: ov.Output, b_hh: ov.Output, hidden: int) -> ov.Output:
+    """OpenVINO's [b_z, b_r, b_n of the input, b_n of the hidden state] (linear_before_reset)."""
+
+    def part(b: ov.Output, start: int, stop: int) -> ov.Output:
+        return ops.slice(b, [start], [stop], [1]).output(0)
+
+    zr = ops.add(part(b_ih, 0, 2 * hidden), part(b_hh, 0, 2 * hidden)).output(0)
+    return ops.concat([zr, part(b_ih, 2 * hidden, 3 * hidden), part(b_hh, 2 * hidden, 3 * hidden)], 0).output(0)
+
+
+def _stacked(tensors: list[ov.Output]) -> ov.Output:
+    return ops.concat([h.unsqueeze(t, 0) for t in tensors], 0).output(0)
+
+
+@lowers_named("fxvino.gru.default", validator=_plain_gru)
+def gru(ctx, node, x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    """x [T, B, I] (or [B, T, I]), hx [L*D, B, H] -> (output [T, B, D*H] (or batch first), h_n [L*D, B, H])."""
+    directions = 2 if bidirectional else 1
+    hidden = h.static_shape(hx)[-1]
+    per_layer = 4 if has_biases else 2
+    hx = h.cast_like(hx, x)
+    layer_in = x if batch_first else h.transpose(x, [1, 0, 2])  # [B, T, I]
+    finals = []
+    for layer in range(num_layers):
+        ws, rs, bs = [], [], []
+        for d in range(directions):
+            first = (layer * directions + d) * per_layer
+            w_ih, w_hh, *biases = (h.cast_like(p, x) for p in params[first : first + per_layer])
+            ws.append(_gates(w_ih, _ZRH))
+            rs.append(_gates(w_hh, _ZRH))
+            if biases:
+                bs.append(_gru_bias(*(_gates(b, _ZRH) for b in biases), hidden))
+            else:
+                bs.append(h.const([0.0] * 4 * hidden, h.out_dtype(node)))
+        rows = ops.slice(hx, [layer * directions], [(layer + 1) * directions], [1]).output(0)  # [D, B, H]
+        seq = ops.gru_sequence(
+            layer_in,
+            h.transpose(rows, [1, 0, 2]),  # [B, D, H]
+            _lengths(layer_in),
+            _stacked(ws),
+            _stacked(rs),
+            _stacked(bs),
+            hidden,
+            "bidirectional" if bidirectional else "forward",
+            linear_before_reset=True,
+        )
+        y, h_last = seq.outputs()  # [B, D, T, H], [B, D, H]
+        both = h.transpose(y, [0, 2, 1, 3])  # [B, T, D, H]
+        layer_in = ops.reshape(both, h.const([0, 0, directions * hidden], torch.int64), True).output(0)
+        finals.append(h.transpose(h_last, [1, 0, 2]))
+    output = layer_in if batch_first else h.transpose(layer_in, [1, 0, 2])
+    return (output, finals[0] if len(finals) == 1 else ops.concat(finals, 0).output(0))
