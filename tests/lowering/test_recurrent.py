@@ -171,3 +171,16 @@ def test_a_gru_that_needs_gradients_unrolls_and_trains_as_eager():
     torch.testing.assert_close(out, expected)
     for g, p in zip(got, model.parameters(), strict=True):
         torch.testing.assert_close(g, p.grad)
+
+
+def test_a_gru_in_training_mode_keeps_its_steps():
+    """train() (dropout between layers) stays PyTorch's decomposition, even without gradients."""
+    torch.manual_seed(7)
+    model = torch.nn.GRU(6, 10, num_layers=2, dropout=0.0).train()
+    x = torch.randn(4, 3, 6)
+    out, report = run_fxvino(model, x)
+    with torch.no_grad():
+        expected = model(x)
+    for got, want in zip(out, expected, strict=True):
+        torch.testing.assert_close(got, want)
+    assert GRU not in report.ov_ops and report.ov_ops, str(report)

@@ -1,13 +1,14 @@
 """``nn.GRU`` kept whole through AOTAutograd, so OpenVINO runs it as GRUSequence.
 
 With Dynamo's ``allow_rnn``, ``nn.GRU`` reaches the graph as one ``torch.gru`` call, but
-AOTAutograd traces it through PyTorch's decomposition, which unrolls the sequence: a graph of
-~50 ops per time step and layer (4,808 ops for 200 steps of one layer, 11.6 s to compile) whose
-length is baked in, so every new sequence length compiled the model again until Dynamo's
-recompile limit sent it back to eager. In inference graphs the call becomes ``fxvino::gru``, an
-op AOTAutograd keeps as it is (its eager kernel is ``torch.gru`` itself); the lowering
-(``lowering/ops/recurrent.py``) makes each layer one GRUSequence over a sequence of any length.
-Graphs that need gradients keep the decomposition: the op has no backward.
+AOTAutograd traces it through PyTorch's decomposition, which unrolls the sequence: ~50 ops per
+time step and layer (4,808 ops for 200 steps of one layer: 6.6 s to the first result, 2.66 ms
+per call). In inference graphs the call becomes ``fxvino::gru``, an op AOTAutograd keeps as it
+is (its eager kernel is ``torch.gru`` itself); the lowering (``lowering/ops/recurrent.py``) makes
+each layer one GRUSequence (1.8 s, 1.15 ms). Dynamo still specializes the sequence length (it
+traces ``torch.gru`` through the same decomposition on fake tensors), so a new length compiles
+again, in a fraction of the time. Graphs that need gradients keep the decomposition: the op has
+no backward.
 """
 
 from __future__ import annotations

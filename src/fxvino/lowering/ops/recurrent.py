@@ -88,12 +88,6 @@ def mkldnn_rnn_layer(
     return (y, h.transpose(hy, [1, 0, 2]), h.transpose(cy, [1, 0, 2]), workspace)
 
 
-def _plain_gru(node: torch.fx.Node) -> str | None:
-    if node.args[6]:
-        return "a GRU in training mode (dropout between layers)"
-    return None
-
-
 def _gru_bias(b_ih: ov.Output, b_hh: ov.Output, hidden: int) -> ov.Output:
     """OpenVINO's [b_z, b_r, b_n of the input, b_n of the hidden state] (linear_before_reset)."""
 
@@ -108,7 +102,7 @@ def _stacked(tensors: list[ov.Output]) -> ov.Output:
     return ops.concat([h.unsqueeze(t, 0) for t in tensors], 0).output(0)
 
 
-@lowers_named("fxvino.gru.default", validator=_plain_gru)
+@lowers_named("fxvino.gru.default")  # only inference calls are renamed (capture/recurrent.py)
 def gru(ctx, node, x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
     """x [T, B, I] (or [B, T, I]), hx [L*D, B, H] -> (output [T, B, D*H] (or batch first), h_n [L*D, B, H])."""
     directions = 2 if bidirectional else 1
