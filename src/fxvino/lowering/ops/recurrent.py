@@ -52,6 +52,10 @@ _FICO = (1, 0, 2, 3)  # LSTM: PyTorch's input, forget, cell, output -> forget, i
 _ZRH = (1, 0, 2)  # GRU: PyTorch's reset, update, new -> update, reset, new
 
 
+def _no_bias(size: int, dtype: torch.dtype) -> ov.Output:
+    return ops.broadcast(h.const(0, dtype), h.as_shape([size])).output(0)
+
+
 def _lengths(batch_major: ov.Output) -> ov.Output:
     """Every sequence runs the whole length: [B] i32 copies of T, from ``[B, T, ...]``."""
     return ops.broadcast(h.cast(h.dim(batch_major, 1), torch.int32), h.unsqueeze(h.dim(batch_major, 0), 0)).output(0)
@@ -69,7 +73,7 @@ def mkldnn_rnn_layer(
     if has_biases:
         b = _gates(ops.add(h.cast_like(b_ih, x), h.cast_like(b_hh, x)).output(0), _FICO)
     else:  # the decomposition passes zeros shaped like the weights: there is no bias
-        b = ops.broadcast(h.const(0.0, dtype), h.const([4 * hidden_size], torch.int64)).output(0)
+        b = _no_bias(4 * hidden_size, dtype)
     batch_major = h.transpose(x, [1, 0, 2])  # [B, T, I]
     lstm = ops.lstm_sequence(
         batch_major,
@@ -121,7 +125,7 @@ def gru(ctx, node, x, hx, params, has_biases, num_layers, dropout, train, bidire
             if biases:
                 bs.append(_gru_bias(*(_gates(b, _ZRH) for b in biases), hidden))
             else:
-                bs.append(h.const([0.0] * 4 * hidden, h.out_dtype(node)))
+                bs.append(_no_bias(4 * hidden, h.out_dtype(node)))
         rows = ops.slice(hx, [layer * directions], [(layer + 1) * directions], [1]).output(0)  # [D, B, H]
         seq = ops.gru_sequence(
             layer_in,
