@@ -247,7 +247,7 @@ CASES: list[Case] = [
     Case("aten._softmax.default", lambda x: x.softmax(-1), lambda n: (torch.randn(3, n),), "softmax"),
     Case("aten._softmax.default", lambda x: x.softmax(0), lambda n: (torch.randn(n, n + 1),), "softmax_dim0"),
     Case("aten._log_softmax.default", lambda x: x.log_softmax(1), lambda n: (torch.randn(2, n, 3),), "log_softmax"),
-    # attention and resampling (upsample is decomposed; its size/scale arithmetic is symbolic)
+    # attention and resampling (F.interpolate arrives as fxvino::upsample, capture/resample.py)
     Case(
         "aten._scaled_dot_product_flash_attention_for_cpu.default",
         F.scaled_dot_product_attention,
@@ -265,20 +265,27 @@ CASES: list[Case] = [
         lambda x: F.interpolate(x, scale_factor=2, mode="nearest"),
         lambda n: (torch.randn(2, 3, n, n + 1),),
         "upsample_nearest_scale",
-        lowered_as="aten.index.Tensor",
+        lowered_as="fxvino.upsample.default",
     ),
     Case(
         "aten.upsample_nearest2d.vec",
         lambda x: F.interpolate(x, size=(7, 9), mode="nearest"),
         lambda n: (torch.randn(2, 3, n, n + 1),),
         "upsample_nearest_size",
-        lowered_as="aten.index.Tensor",
+        lowered_as="fxvino.upsample.default",
     ),
     Case(
         "aten.upsample_bilinear2d.vec",
-        lambda x: F.interpolate(x, scale_factor=1.5, mode="bilinear", align_corners=True),
+        lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"),
         lambda n: (torch.randn(2, 3, n, n + 1),),
         "upsample_bilinear_scale",
+        lowered_as="fxvino.upsample.default",
+    ),
+    Case(  # a dynamic floor(size * 1.5) is left to the decomposition's symbolic arithmetic
+        "aten.upsample_bilinear2d.vec",
+        lambda x: F.interpolate(x, scale_factor=1.5, mode="bilinear", align_corners=True),
+        lambda n: (torch.randn(2, 3, n, n + 1),),
+        "upsample_bilinear_fractional_scale",
         lowered_as="aten.index.Tensor",
     ),
     # creation from symbolic sizes

@@ -22,7 +22,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
-from fxvino.capture import decompositions, recurrent, specialize
+from fxvino.capture import decompositions, recurrent, resample, specialize
 from fxvino.options import Options
 from fxvino.partitioning import isolation
 from fxvino.partitioning.partition import partition_and_compile
@@ -79,6 +79,7 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
     plain_call = plain_call and not any(isinstance(a, (list, tuple, dict)) for a in example_inputs)
     if not torch.is_grad_enabled() or not any(isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs):
         recurrent.keep_grus_whole(gm)  # an inference graph: nn.GRU stays one op for OpenVINO
+        resample.keep_resizes_whole(gm)  # and F.interpolate one Interpolate
     graph_id = _graph_names()
     direct: list[tuple[Callable, int]] = []  # (inference graph, its arity) if AOTAutograd's wrappers are idle
     compile_fn = functools.partial(_compile_aten, options=options, static=static, next_id=graph_id, direct=direct)

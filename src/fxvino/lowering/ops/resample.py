@@ -10,10 +10,12 @@ multiplying); those resizes, and the antialiased ones (Interpolate's antialias i
 filter), apply each axis's interpolation matrix, read off ATen's kernel at lowering time, as
 Gathers of its taps (or one MatMul for wide filters). That path needs static spatial sizes.
 
-Note: ``F.interpolate`` does not reach these lowerings through ``torch.compile`` today. torch
+The ATen overloads themselves never reach these lowerings through ``torch.compile``: torch
 registers Python CompositeImplicitAutograd/Autograd kernels for the ``.vec`` and ``.default``
-upsample overloads, which run while AOTAutograd traces (before any decomposition table), so
-the graph holds their arange/index decomposition instead.
+upsample overloads, which run while AOTAutograd traces (before any decomposition table). An
+inference graph's ``F.interpolate`` arrives instead as ``fxvino::upsample`` (``capture/resample.py``),
+which names the overload it stands for and is lowered by the same code; graphs that need gradients
+hold the arange/index decomposition.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import openvino.opset16 as ops
 import torch
 
 from fxvino.lowering import helpers as h
-from fxvino.lowering.registry import lowers
+from fxvino.lowering.registry import lowers, lowers_named
 
 aten = torch.ops.aten
 
@@ -81,20 +83,43 @@ class _Plan:
     fused: bool  # Interpolate "sizes" mode reproduces torch
 
 
+# The op capture/resample.py makes of an inference graph's F.interpolate: (input, ATen packet name,
+# output_size, scale_factors, align_corners or None for the nearest kinds).
+WHOLE_INTERPOLATE = "fxvino.upsample.default"
+
+
+def _resolved(node, args=None, kwargs=None) -> tuple[Any, dict[str, Any]]:
+    """The ATen upsample overload a node computes and its arguments by schema name (``args``:
+    the lowered ones, else the node's)."""
+    args = node.args if args is None else args
+    kwargs = node.kwargs if kwargs is None else kwargs
+    if node.target in _UPSAMPLE:
+        return node.target, _bind(node.target, args, kwargs)
+    x, name, output_size, scale_factors, align_corners = args
+    bound = {"input": x, "output_size": output_size, "scale_factors": scale_factors}
+    if align_corners is not None:
+        bound["align_corners"] = align_corners
+    return getattr(aten, name).vec, bound
+
+
+def plan_for(op, scales: list[float | None] | None, align: bool, in_sizes: list[Any], out_sizes: list[Any]) -> _Plan:
+    """How ``op`` resizes ``in_sizes`` to ``out_sizes`` given the scales its kernel receives."""
+    mode, spatial = _UPSAMPLE[op]
+    scales = list(scales) if scales else [None] * spatial
+    fused = all(_same_as_sizes(i, o, s, mode, align) for i, o, s in zip(in_sizes, out_sizes, scales, strict=True))
+    return _Plan(mode, spatial, align, scales, list(in_sizes), list(out_sizes), fused)
+
+
 def _plan(node) -> _Plan:
-    mode, spatial = _UPSAMPLE[node.target]
-    a = _bind(node.target, node.args, node.kwargs)
-    align = bool(a.get("align_corners") or False)
+    op, a = _resolved(node)
+    spatial = _UPSAMPLE[op][1]
     if "scale_factors" in a:
-        factors = a["scale_factors"]
-        scales = list(factors) if factors else [None] * spatial
+        scales = a["scale_factors"]
     else:
         scales = [a[n] for n in _SCALE_NAMES[spatial]]
-    x = h.meta(node.args[0])
-    in_sizes = list(x.shape[-spatial:])
+    in_sizes = list(h.meta(node.args[0]).shape[-spatial:])
     out_sizes = list(h.meta(node).shape[-spatial:])
-    fused = all(_same_as_sizes(i, o, s, mode, align) for i, o, s in zip(in_sizes, out_sizes, scales, strict=True))
-    return _Plan(mode, spatial, align, scales, in_sizes, out_sizes, fused)
+    return plan_for(op, scales, bool(a.get("align_corners") or False), in_sizes, out_sizes)
 
 
 def _same_as_sizes(i, o, s, mode: str, align: bool) -> bool:
@@ -111,20 +136,26 @@ def _same_as_sizes(i, o, s, mode: str, align: bool) -> bool:
     return float(s).is_integer()
 
 
-def _upsample_ok(node) -> str | None:
-    x = h.meta(node.args[0])
-    mode, spatial = _UPSAMPLE[node.target]
-    if x.dim() != spatial + 2:
-        return f"expects a rank-{spatial + 2} input"
-    plan = _plan(node)
-    if plan.fused:
-        return None
+def declined(plan: _Plan, sized: bool) -> str | None:
+    """Why a resize cannot run on OpenVINO (``sized``: the call gives its output size). The exact
+    path needs static spatial sizes, and a dynamic output size is computed in-graph only for an
+    integer scale factor (torch computes ``floor(size * scale)`` in double precision)."""
     static = all(isinstance(d, int) for d in plan.in_sizes + plan.out_sizes)
-    if not static:
-        if plan.mode in (LINEAR_AA, CUBIC_AA):
-            return "antialiased resize with dynamic spatial sizes"
-        return "a non-integer scale factor with dynamic spatial sizes"
-    return None
+    if static:
+        return None
+    if plan.mode in (LINEAR_AA, CUBIC_AA):
+        return "antialiased resize with dynamic spatial sizes"
+    integer_scales = all(s is None or float(s).is_integer() for s in plan.scales)
+    if plan.fused and (sized or integer_scales):
+        return None
+    return "a non-integer scale factor with dynamic spatial sizes"
+
+
+def _upsample_ok(node) -> str | None:
+    op, a = _resolved(node)
+    if h.meta(node.args[0]).dim() != _UPSAMPLE[op][1] + 2:
+        return f"expects a rank-{_UPSAMPLE[op][1] + 2} input"
+    return declined(_plan(node), a.get("output_size") is not None)
 
 
 # ----------------------------------------------------------------------------- torch's indices
@@ -166,9 +197,15 @@ _MAX_TAPS = 4  # wider filters (antialiased downscaling) are applied as one MatM
 
 
 def _gather_resize(op, x, plan: _Plan):
-    """Apply each axis's interpolation matrix: Gathers of its taps, or a MatMul when wide."""
+    """Apply each axis's interpolation matrix: Gathers of its taps, or a MatMul when wide.
+
+    A 16-bit input is resized in float32 and rounded once, as ATen's kernels compute it (their
+    weights and sums are float32 for bf16 and f16); taps summed in bf16 were 1 ulp off eager's.
+    """
     r = h.rank(x)
-    dtype = h.dtype_of(x)
+    out_dtype = h.dtype_of(x)
+    dtype = torch.float32 if out_dtype in (torch.bfloat16, torch.float16) else out_dtype
+    x = h.cast(x, dtype)
     for k in range(plan.spatial):
         axis = r - plan.spatial + k
         matrix = _axis_matrix(op, plan, k, dtype)
@@ -184,7 +221,7 @@ def _gather_resize(op, x, plan: _Plan):
             m = h.cast(h.const(np.ascontiguousarray(matrix.T), torch.float32), dtype)
             y = ops.matmul(h.transpose(x, order), m, False, False).output(0)
             x = h.transpose(y, [order.index(d) for d in range(r)])
-    return x
+    return h.cast(x, out_dtype)
 
 
 def _apply_taps(x, matrix, nonzero, width: int, axis: int, dtype):
@@ -225,10 +262,10 @@ def _out_sizes(ctx, node, x, plan: _Plan, output_size) -> list[Any]:
 
 def upsample(ctx, node, *args, **kwargs):
     plan = _plan(node)
-    a = _bind(node.target, args, kwargs)
+    op, a = _resolved(node, args, kwargs)
     x = a.get("input", a.get("self"))
     if not plan.fused:
-        return _gather_resize(node.target, x, plan)
+        return _gather_resize(op, x, plan)
     sizes = h.as_shape(_out_sizes(ctx, node, x, plan, a.get("output_size")))
     r = h.rank(x)
     axes = h.const(list(range(r - plan.spatial, r)), torch.int64)
@@ -257,6 +294,7 @@ def upsample(ctx, node, *args, **kwargs):
 
 
 lowers(*_UPSAMPLE, validator=_upsample_ok)(upsample)
+lowers_named(WHOLE_INTERPOLATE, validator=_upsample_ok)(upsample)
 
 
 _GRID_MODES = {0: "bilinear", 1: "nearest", 2: "bicubic"}
