@@ -1,4 +1,4 @@
-"""fxvino's model suite: 76 architectures from configs with random weights, each checked against eager.
+"""fxvino's model suite: 77 architectures from configs with random weights, each checked against eager.
 
 Per model: is fxvino's output equal to eager's (float32, max |fxvino - eager| / max |eager| <= 1e-4),
 how many ops ran on OpenVINO and how many in PyTorch, how many OpenVINO partitions, every fallback
