@@ -12,6 +12,8 @@ import contextlib
 import contextvars
 import dataclasses
 import logging
+import os
+import re
 import threading
 import weakref
 from collections.abc import Iterator
@@ -133,10 +135,24 @@ class GraphReport:
 
 
 @dataclasses.dataclass
+class DynamoBreak:
+    """Code Dynamo did not hand to fxvino: a graph break (the frame split into graphs with Python
+    between them) or a frame it ran eagerly (``recompile_limit`` reached). Both are decided before
+    any backend sees a graph, so fxvino can only report them, from Dynamo's own counters."""
+
+    kind: str  # the first line of Dynamo's message: "Data-dependent branching", ...
+    where: str  # "file.py:line" of the last user code the message names, "" if it names none
+    count: int
+    eager_frame: bool  # the whole frame ran eagerly, not just split
+
+
+@dataclasses.dataclass
 class Report:
     """All graphs compiled for one model (or inside one :func:`collect_reports` block)."""
 
     graphs: list[GraphReport] = dataclasses.field(default_factory=list)
+    # What Dynamo left out of those graphs while the block ran (:class:`DynamoBreak`).
+    dynamo: list[DynamoBreak] = dataclasses.field(default_factory=list)
 
     @property
     def fallbacks(self) -> list[Fallback]:
@@ -159,23 +175,59 @@ class Report:
         return sum((g.torch_ops for g in self.graphs), collections.Counter())
 
     def __str__(self) -> str:
-        if not self.graphs:
-            return "no graphs were compiled by fxvino"
-        return "\n".join(g.summary() for g in self.graphs)
+        lines = [g.summary() for g in self.graphs] or ["no graphs were compiled by fxvino"]
+        for b in self.dynamo:
+            what = "ran a frame eagerly" if b.eager_frame else "graph break"
+            lines.append(f"dynamo: {what} x{b.count}{f' at {b.where}' if b.where else ''}: {b.kind}")
+        return "\n".join(lines)
 
 
 _collectors: contextvars.ContextVar[tuple[Report, ...]] = contextvars.ContextVar("fxvino_collectors", default=())
 
 
+# Dynamo's counters of code it left out of graphs, and the kind of message that means a whole
+# frame ran eagerly.
+_BREAK_COUNTERS = ("graph_break", "unimplemented")
+_EAGER_FRAME = "recompile limit exceeded"
+_USER_CODE = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def _dynamo_counts() -> dict[str, dict[str, int]]:
+    from torch._dynamo.utils import counters
+
+    return {name: dict(counters[name]) for name in _BREAK_COUNTERS}
+
+
+def _dynamo_breaks(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> list[DynamoBreak]:
+    """What Dynamo counted between two snapshots, grouped by kind and place. A break is counted in
+    ``unimplemented``, and in ``graph_break`` too when it happens inside an inlined call, under
+    the same message: a message counts once, as the larger of the two. Dynamo words each message
+    per graph (variable names included), so one line of user code can hold many messages."""
+    grouped: collections.Counter = collections.Counter()
+    for message in set().union(*(after[name] for name in _BREAK_COUNTERS)):
+        new = max(after[name].get(message, 0) - before[name].get(message, 0) for name in _BREAK_COUNTERS)
+        if new <= 0:
+            continue
+        kind = message.split("\n", 1)[0].strip()
+        places = _USER_CODE.findall(message)
+        where = f"{os.path.basename(places[-1][0])}:{places[-1][1]}" if places else ""
+        grouped[(kind, where, _EAGER_FRAME in kind.lower())] += new
+    return [DynamoBreak(kind, where, n, eager) for (kind, where, eager), n in grouped.most_common()]
+
+
 @contextlib.contextmanager
 def collect_reports() -> Iterator[Report]:
-    """Gather the report of every graph fxvino compiles inside the ``with`` block."""
+    """Gather the report of every graph fxvino compiles inside the ``with`` block, and what
+    Dynamo left out of graphs meanwhile (its counters are per process: another thread compiling
+    at the same time shows here too)."""
     report = Report()
+    before = _dynamo_counts()
     token = _collectors.set(_collectors.get() + (report,))
     try:
         yield report
     finally:
         _collectors.reset(token)
+        report.dynamo = _dynamo_breaks(before, _dynamo_counts())
 
 
 def publish(graph: GraphReport) -> None:
