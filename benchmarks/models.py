@@ -1113,6 +1113,8 @@ def _add_report(row: dict[str, Any], report: Any) -> None:
     for f in report.fallbacks:
         seen.setdefault(f"{f.op} -> {f.ran_on}", f.reason.splitlines()[0][:160])
     row["fallbacks"] = [f"{k}: {v}" for k, v in seen.items()]
+    # A frame Dynamo ran eagerly (its recompile limit reached) never reached fxvino: not on OpenVINO.
+    row["fallbacks"] += [f"Dynamo ran a frame eagerly x{b.count}: {b.kind}" for b in report.dynamo if b.eager_frame]
 
 
 def _generate(spec: Spec, fxvino: Any, torch: Any) -> dict[str, Any]:
