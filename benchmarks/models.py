@@ -1069,39 +1069,46 @@ def run_one(name: str, *, timing_calls: int = 18, generate: bool = True) -> dict
 
 
 def _time_blocks(model: Any, compiled: Any, inputs: dict[str, Any], calls: int) -> tuple[list, list]:
-    """Per-call seconds of eager and fxvino, in short blocks that alternate (ABBA), each after a pause.
+    """Per-call seconds of eager and fxvino (two warm-up calls each, then :func:`time_in_blocks`)."""
+    for _ in range(2):
+        model(**inputs)
+        compiled(**inputs)
+    blocks = min(calls, 6)
+    times = time_in_blocks(
+        {"eager": lambda: model(**inputs), "fxvino": lambda: compiled(**inputs)}, blocks, -(-calls // blocks)
+    )
+    return times["eager"], times["fxvino"]
 
-    Not call by call: a call that follows the other backend's pays for it. PyTorch's OpenMP threads
+
+def time_in_blocks(contenders: dict[str, Callable[[], Any]], blocks: int, per_block: int) -> dict[str, list[float]]:
+    """Per-call seconds of each contender, in short blocks that alternate (ABBA), each after a pause.
+
+    Not call by call: a call that follows another backend's pays for it. PyTorch's OpenMP threads
     keep spinning for milliseconds after its ops and OpenVINO's threads then share the cores with
     them (docs/performance/call-path.md), so alternating single calls measured the switch, and
     mostly against fxvino: on the AMX Xeon, VAE 1.57x eager that way against 2.26x in blocks,
     ResNet 1.96x against 2.45x. The pause (longer than either spin) and one untimed call start
-    each block alike; alternating blocks still spreads the machine's other load over both. No GC
+    each block alike; alternating blocks still spreads the machine's other load over all. No GC
     while timing: with millisecond calls on a shared 2-core machine a single pause would otherwise
     decide a median.
     """
     import gc
 
-    for _ in range(2):
-        model(**inputs)
-        compiled(**inputs)
-    blocks = min(calls, 6)
-    per_block = max(1, -(-calls // blocks))
-    times: dict[str, list[float]] = {"eager": [], "fxvino": []}
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    order = list(contenders.items())
     gc.disable()
     try:
         for b in range(blocks):
-            order = (("eager", model), ("fxvino", compiled))
             for name, fn in order if b % 4 in (0, 3) else order[::-1]:
                 time.sleep(_SETTLE_S)
-                fn(**inputs)
+                fn()
                 for _ in range(per_block):
                     t = time.perf_counter()
-                    fn(**inputs)
+                    fn()
                     times[name].append(time.perf_counter() - t)
     finally:
         gc.enable()
-    return times["eager"], times["fxvino"]
+    return times
 
 
 def _add_report(row: dict[str, Any], report: Any) -> None:

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 import unittest.mock
-from collections.abc import Callable
 
 CASES = {
     "nearest x2": {"scale_factor": 2.0, "mode": "nearest"},
@@ -28,22 +26,6 @@ CASES = {
     "bilinear x0.5": {"scale_factor": 0.5, "mode": "bilinear"},
     "bicubic x2, align_corners": {"scale_factor": 2.0, "mode": "bicubic", "align_corners": True},
 }
-SETTLE_S = 0.02
-
-
-def _blocks(contenders: dict[str, Callable[[], object]], rounds: int, calls: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {k: [] for k in contenders}
-    names = list(contenders)
-    for r in range(rounds):
-        for name in names if r % 4 in (0, 3) else names[::-1]:
-            fn = contenders[name]
-            time.sleep(SETTLE_S)
-            fn()
-            for _ in range(calls):
-                t = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t)
-    return times
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     import fxvino
     import fxvino.capture.resample
     from benchmarks.bench import machine_info
+    from benchmarks.models import time_in_blocks
 
     torch.set_num_threads(2)
     info = machine_info()
@@ -104,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                 "decomposed": lambda decomposed=decomposed: decomposed(x),
                 "native": lambda request=request: torch.from_numpy(request.infer([x.numpy()])[0].copy()),
             }
-            times = _blocks(contenders, args.rounds, args.calls)
+            times = time_in_blocks(contenders, args.rounds, args.calls)
         med = {k: 1e3 * statistics.median(v) for k, v in times.items()}
         low = {k: 1e3 * min(v) for k, v in times.items()}
         cells = " | ".join(f"{med[k]:.2f} / {low[k]:.2f}" for k in contenders)
