@@ -296,6 +296,20 @@ def test_interpolate_to_a_size_read_off_the_input_compiles_once():
     assert report.ov_ops["fxvino.upsample.default"] == 1, str(report)
 
 
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+def test_interpolate_to_another_tensors_size_compiles_once(mode):
+    """A U-Net's skip connection: under dynamic shapes ``size`` is one graph value (a torch.Size)."""
+    fn = lambda x, skip: F.interpolate(x, size=skip.shape[-2:], mode=mode) + skip  # noqa: E731
+    compiled = torch.compile(fn, backend="fxvino", dynamic=True)
+    with fxvino.collect_reports() as report, torch.no_grad():
+        for h, w in [(8, 10), (10, 12), (14, 6), (9, 7)]:  # not square first: Dynamo would guard h == w
+            x, skip = torch.randn(2, 3, h // 2, w // 2), torch.randn(2, 3, h, w)
+            torch.testing.assert_close(compiled(x, skip), fn(x, skip))
+    assert len(report.graphs) == 1, str(report)
+    assert_all_on_openvino(report)
+    assert report.ov_ops["fxvino.upsample.default"] == 1, str(report)
+
+
 def test_interpolate_that_needs_gradients_keeps_the_decomposition():
     """fxvino::upsample has no backward: a training graph keeps torch's decomposition."""
     layer = torch.nn.Conv2d(3, 3, 1)

@@ -17,6 +17,7 @@ the op has no backward.
 from __future__ import annotations
 
 import inspect
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -89,6 +90,27 @@ def _size_entry(value: Any) -> bool:
     return isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool)
 
 
+def _size_entries(node: torch.fx.Node, size: Any, spatial: int) -> list[Any] | None:
+    """``size`` as one entry per spatial axis, or None. A size read off another tensor under
+    dynamic shapes (``size=skip.shape[-2:]``) is one graph value holding a torch.Size: its
+    entries become ``getitem`` nodes, which AOTAutograd traces as SymInts."""
+    if isinstance(size, torch.fx.Node) and isinstance(size.meta.get("example_value"), tuple):
+        sizes = size.meta["example_value"]
+        if len(sizes) != spatial:
+            return None
+        entries = []
+        with node.graph.inserting_before(node):
+            for i, value in enumerate(sizes):
+                item = node.graph.call_function(operator.getitem, (size, i))
+                item.meta["example_value"] = value
+                entries.append(item)
+        return entries
+    entries = list(size) if isinstance(size, (list, tuple)) else [size] * spatial
+    if len(entries) != spatial or not all(map(_size_entry, entries)):
+        return None
+    return entries
+
+
 def _whole(node: torch.fx.Node) -> tuple[Any, ...] | None:
     """The ``fxvino::upsample`` arguments for an ``F.interpolate`` node, or None to leave it."""
     try:
@@ -111,8 +133,8 @@ def _whole(node: torch.fx.Node) -> tuple[Any, ...] | None:
         return None
     spatial = value.dim() - 2
     if size is not None:
-        size = list(size) if isinstance(size, (list, tuple)) else [size] * spatial
-        if len(size) != spatial or not all(map(_size_entry, size)):
+        size = _size_entries(node, size, spatial)
+        if size is None:
             return None
         scales = None
     else:
