@@ -274,6 +274,9 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         values = [r[key] for r in ok if r.get(key) is not None]
         if values:
             agg[key] = statistics.median(values)
+    bindings = {r["thread_binding"] for r in ok if r.get("thread_binding")}
+    if bindings:
+        agg["thread_binding"] = " / ".join(sorted(bindings))
     affinity = [r["affinity_us"] for r in ok if r.get("affinity_us")]
     if affinity:
         agg["affinity_us"] = {k: statistics.median(a[k] for a in affinity if k in a) for k in affinity[0]}
@@ -493,6 +496,8 @@ def write_markdown(path: Path, table: dict, models: list[str], backends: list[st
                     f"thread is elsewhere: {affinity['migration']:.1f} µs"
                 )
             lines.append(line + ".")
+        if fx and fx.get("thread_binding"):  # utils/thread_binding.py
+            lines.append(f"In fxvino's process, oneTBB's thread binding around each inference was {fx['thread_binding']}.")
 
     lines += ["", f"Raw per-round results: `{meta['json_name']}`; worker logs: `benchmarks/logs/`.", ""]
     path.write_text("\n".join(lines))

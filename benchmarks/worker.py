@@ -436,6 +436,10 @@ def measure(
         if hooks.get("note"):
             result["notes"].append(hooks["note"][:240])
 
+        if backend.startswith("fxvino"):  # how this process's CPU plugin binds its calling thread
+            from fxvino.devices import thread_binding
+
+            result["thread_binding"] = thread_binding()
         if report is not None:
             try:
                 info["ov_partitions"] = report.num_ov_partitions

@@ -13,12 +13,31 @@ from pathlib import Path
 import openvino as ov
 import torch
 
+from fxvino.utils.thread_binding import plugin_load_without_binding
+
 VIRTUAL_DEVICES = ("AUTO", "MULTI", "HETERO", "BATCH")
 
 
 @functools.cache
+def _core_and_binding() -> tuple[ov.Core, str]:
+    core = ov.Core()
+    with plugin_load_without_binding() as decided:
+        try:
+            core.get_property("CPU", "AVAILABLE_DEVICES")  # loads the plugin, and oneTBB's topology
+        except Exception as exc:  # noqa: BLE001 - a build without the CPU plugin still serves other devices
+            decided = f"kept: no CPU plugin ({exc})"
+    return core, decided
+
+
 def core() -> ov.Core:
-    return ov.Core()
+    """The process's Core, with the CPU plugin loaded: where oneTBB's per-inference thread binding
+    changes nothing, without it (``utils/thread_binding.py``)."""
+    return _core_and_binding()[0]
+
+
+def thread_binding() -> str:
+    """Whether the CPU plugin binds the calling thread around each inference in this process, and why."""
+    return _core_and_binding()[1]
 
 
 def available_devices() -> list[str]:
