@@ -374,7 +374,10 @@ def write_markdown(path: Path, table: dict, models: list[str], backends: list[st
         f"- total wall time: {meta['wall_min']:.1f} min",
     ]
     for mg in meta.get("merged", []):
-        lines.append(f"- re-measured on {mg['date']} with `{mg['command']}` and merged in: {', '.join(mg['pairs'])}")
+        at = f" (fxvino at {mg['fxvino_commit']})" if mg.get("fxvino_commit") else ""
+        lines.append(
+            f"- re-measured on {mg['date']}{at} with `{mg['command']}` and merged in: {', '.join(mg['pairs'])}"
+        )
     lines += [
         "",
         "Latency is the median over rounds of each round's median per-call latency (lower is better). "
@@ -497,7 +500,8 @@ def write_markdown(path: Path, table: dict, models: list[str], backends: list[st
                 )
             lines.append(line + ".")
         if fx and fx.get("thread_binding"):  # utils/thread_binding.py
-            lines.append(f"In fxvino's process, oneTBB's thread binding around each inference was {fx['thread_binding']}.")
+            binding = fx["thread_binding"]
+            lines.append(f"In fxvino's process, oneTBB's thread binding around each inference was {binding}.")
 
     lines += ["", f"Raw per-round results: `{meta['json_name']}`; worker logs: `benchmarks/logs/`.", ""]
     path.write_text("\n".join(lines))
@@ -678,6 +682,7 @@ def rerender(raws: list[Path], out: Path | None) -> int:
                 {
                     "date": data["meta"]["date"],
                     "command": data["meta"]["command"],
+                    "fxvino_commit": data["meta"].get("machine", {}).get("fxvino_commit"),
                     "pairs": sorted(f"{m}/{b}" for m, b in these),
                 }
             )
