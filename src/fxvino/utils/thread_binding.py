@@ -78,8 +78,9 @@ def plugin_load_without_binding() -> Iterator[str]:
     """Around the CPU plugin's first load in the process: hwloc told this is not its machine
     where the binding changes nothing, the environment restored after. Yields what was decided
     (for reports and benchmarks)."""
-    if VARIABLE in os.environ:
-        yield f"kept: {VARIABLE}={os.environ[VARIABLE]} set by the user"
+    if VARIABLE in os.environ:  # hwloc binds unless it is "0"
+        value = os.environ[VARIABLE]
+        yield f"{'skipped' if value == '0' else 'kept'}: {VARIABLE}={value} set by the user"
         return
     why = "oneTBB had loaded its binding before fxvino" if _tbbbind_loaded() else binding_changes_nothing()
     if why is not None:
