@@ -103,6 +103,7 @@ def test_by_default_only_a_much_cheaper_graph_is_merged():
     """share_weights="auto": batch 1 beside 16 rows shares one model (batch 1 at its top level),
     while batch 1 beside 3 rows, which would need both in Ifs, keeps two models."""
     for second, merged in ((16, True), (3, False)):
+        torch._dynamo.reset()  # a fresh compile: Dynamo's graphs of the first model would serve the second
         model = _mlp()
         compiled = torch.compile(model, backend="fxvino")
         with fxvino.collect_reports() as report, torch.no_grad():

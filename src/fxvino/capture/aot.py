@@ -172,7 +172,7 @@ def _compile_aten(
             report,
             live,
             functools.partial(_compile_unfrozen, gm, options, next_id, report.name, mutated),
-            functools.partial(_refreeze, gm, options, next_id, frozen, report.name, mutated),
+            functools.partial(_refreeze, gm, options, next_id, name=report.name, mutated=mutated),
         )
         if family is not None:
             superseded.register(family, weights)
@@ -202,7 +202,8 @@ def _refreeze(
     mutated: Sequence[str | None] = (),
     why: str = "its frozen weights changed in place",
 ) -> torch.fx.GraphModule | None:
-    """``gm`` compiled again with the current values of its frozen weights (see ``FrozenWeights``)."""
+    """``gm`` compiled again with ``frozen`` as constants: the current values of its own frozen
+    weights, or another module instance's weights (see ``FrozenWeights``)."""
     report = GraphReport(next_id(), "inference")
     report.frozen_inputs = len(frozen)
     logger.info("fxvino: graph %s: %s; compiling it again as %s", name, why, report.name)
@@ -227,12 +228,7 @@ def _compile_unfrozen(
 ) -> Callable:
     """``gm`` compiled with its parameters as inputs (see ``FrozenWeights``), on first need."""
     report = GraphReport(next_id(), "inference")
-    logger.warning(
-        "fxvino: graph %s was called with parameters other than the ones frozen into it (one graph shared "
-        "by several module instances); compiling it as %s with the weights as inputs",
-        name,
-        report.name,
-    )
+    logger.warning("fxvino: graph %s: compiling it as %s with the weights as inputs", name, report.name)
     try:
         work = _LazyGraphModule(gm, copy.deepcopy(gm.graph))
         with gc_paused(), _outside_callers_modes():
