@@ -187,6 +187,30 @@ def _partitions_compiling(fn, *args, dynamic=False):
     return compiled, captured
 
 
+def test_sizes_from_outside_a_partition_are_written_into_its_request():
+    """A size computed outside the partition arrives as a Python int: it is written into the
+    request's own 0-d buffer (a 0-d tensor made and bound per call cost ~40 us of a dynamic scalar
+    graph's call), so such a partition takes the plain path and binds nothing per call."""
+
+    def padding(x, kernel, stride):  # EnCodec's padding arithmetic, on 0-d buffers
+        frames = torch.ceil((x.shape[-1] - kernel) / stride + 1).to(torch.int64) - 1
+        return frames * stride + kernel - x.shape[-1]
+
+    kernel, stride = torch.tensor(7), torch.tensor(2)
+    x = torch.randn(1, 4, 40)
+    compiled, parts = _partitions_compiling(padding, x, kernel, stride, dynamic=True)
+    (part,) = parts
+    slot = part._pool.get_nowait()
+    assert slot.plain is not None and slot.plain.scalars, "the size is not written into the request"
+    part._pool.put(slot)
+    with torch.no_grad():
+        for length in (40, 41, 97, 2, 40):
+            x = torch.randn(1, 4, length)
+            out, bound = _set_input_calls(compiled, x, kernel, stride)
+            assert bound == 0
+            assert torch.equal(out, padding(x, kernel, stride)), length
+
+
 def test_copied_in_partition_survives_a_mismatched_call():
     """A call whose input does not fit the request's buffer binds it instead (OpenVINO then
     rejects it and the partition reruns eagerly); the next call must be correct again."""

@@ -92,12 +92,13 @@ def _unpacked(request: ov.InferRequest, piece: Piece) -> Any:
 
 
 class _Plain(NamedTuple):
-    """A request's whole call when every input is copied in and every output is static and
-    copied out: what the general path decides per argument and result, decided once. On the
-    ``torch.relu(x) + 1`` probe the general path spent 5.3 us around a 6.8 us inference, this
-    one 4.0-4.2 (copying the input in and the output out are 1.7 of them)."""
+    """A request's whole call when every input is copied in (a size written into its 0-d buffer)
+    and every output is static and copied out: what the general path decides per argument and
+    result, decided once. On the ``torch.relu(x) + 1`` probe the general path spent 5.3 us around
+    a 6.8 us inference, this one 4.0-4.2 (copying the input in and the output out are 1.7 of them)."""
 
     inputs: tuple[tuple[int, torch.Tensor, torch.dtype, torch.Size], ...]  # (position, view, dtype, shape)
+    scalars: tuple[tuple[int, Any, type], ...]  # (position, the request's 0-d array, int or float)
     # (the request's own array, the dtype to reinterpret its copy as, None if torch reads it right)
     outputs: tuple[tuple[Any, torch.dtype | None], ...]
     # One output: returned without a comprehension's frame (with the inlined ``_put_back`` below,
@@ -112,6 +113,7 @@ class _Request:
         "request",
         "binding",
         "inputs",
+        "scalars",
         "held",
         "outputs",
         "lent",
@@ -128,6 +130,7 @@ class _Request:
         for i, tensor in binding.fixed:
             request.set_input_tensor(i, tensor)
         self.inputs = {i: _torch_view(request.get_input_tensor(i), dtype) for i, dtype in binding.copy_in}
+        self.scalars = {i: request.get_input_tensor(i).data for i in binding.scalar_in}
         # Port -> the tensor bound there by the last call, and where its data was: the same
         # tensor again (a StaticCache's K and V on every decode step) is already bound.
         self.held: dict[int, tuple[weakref.ref, int, torch.Size]] = {}
@@ -156,9 +159,14 @@ class _Request:
         inputs = tuple(
             (spec.position, view, view.dtype, view.shape)
             for i, spec in self.binding.call_inputs
-            for view in (self.inputs[i],)
+            if (view := self.inputs.get(i)) is not None
         )
-        return _Plain(inputs, self.copied_out, len(self.copied_out) == 1)
+        scalars = tuple(
+            (spec.position, array, float if spec.kind == "symfloat" else int)
+            for i, spec in self.binding.call_inputs
+            if (array := self.scalars.get(i)) is not None
+        )
+        return _Plain(inputs, scalars, self.copied_out, len(self.copied_out) == 1)
 
     def output(self, index: int, dtype: torch.dtype | None, lend: bool = False) -> torch.Tensor:
         """The output as a fresh tensor; a static output lives in one buffer, read in place.
@@ -204,6 +212,7 @@ class _Binding:
         "outputs",
         "call_inputs",
         "copy_in",
+        "scalar_in",
         "static_out",
         "fixed",
         "copied",
@@ -244,6 +253,10 @@ class _Binding:
                 continue
             if static_bytes(port) <= COPY_IN_BYTES:
                 self.copy_in.append((i, OV_TO_TORCH[port.get_element_type()]))
+        # A size or float computed outside the partition (a 0-d i64 or f64 port) is written into
+        # the request's own buffer: a 0-d tensor made and bound per call cost ~40 us of a dynamic
+        # scalar graph's call (EnCodec's padding arithmetic, 17 calls per forward).
+        self.scalar_in = tuple(i for i, spec in self.call_inputs if spec.kind in ("symint", "symfloat"))
         # The plugin's own buffers for the static inputs fxvino binds are freed at the first call:
         # the heap is trimmed after it when they are large (runtime/heap_trim.py).
         copied_in = {i for i, _ in self.copy_in}
@@ -256,7 +269,7 @@ class _Binding:
         )
         # Every call input copied in, every result a static tensor output: requests get a _Plain.
         self.plain = self.static_results and all(
-            spec.kind == "tensor" and i in copied_in for i, spec in self.call_inputs
+            (spec.kind == "tensor" and i in copied_in) or i in self.scalar_in for i, spec in self.call_inputs
         )
 
 
@@ -374,6 +387,8 @@ class CompiledPartition:
                     break  # the general path binds it instead
                 view.copy_(a)
             else:
+                for position, array, convert in plain.scalars:
+                    array[()] = convert(args[position])
                 try:
                     _infer(slot.request, _NO_INPUTS, True, False)
                     if plain.single:
@@ -402,10 +417,9 @@ class CompiledPartition:
                     a = torch.view_as_real(args[spec.position].resolve_conj())
                 elif kind == "seed":
                     a = draw_seed()
-                elif kind == "symfloat":
-                    a = torch.tensor(float(args[spec.position]), dtype=torch.float64)
-                else:
-                    a = torch.tensor(int(args[spec.position]))
+                else:  # a symint or symfloat: into the request's own 0-d buffer
+                    slot.scalars[i][()] = (float if kind == "symfloat" else int)(args[spec.position])
+                    continue
                 view = slot.inputs.get(i)
                 if view is not None:
                     if a.dtype == view.dtype and a.shape == view.shape:
