@@ -57,3 +57,31 @@ def test_a_released_graph_called_again_compiles_again():
         _run(model, compiled, 7)
     assert len(report.graphs) == 3, str(report)
     assert report.graphs[2].released is None
+
+
+def test_another_instances_graph_is_released_when_its_dynamic_graph_compiles():
+    """One graph's code called with two modules' weights: each instance's static graph is released
+    when the dynamic graph compiles for that instance's weights, as for the graph's own (a second
+    model of the same class running generate() would otherwise keep its first decode step's
+    packed weights for good)."""
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(8, 8).eval(), torch.nn.Linear(8, 8).eval()
+    compiled = torch.compile(lambda m, x: m(x), backend="fxvino")
+
+    def run(model, rows):
+        x = torch.randn(rows, 8)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(model, x), model(x), rtol=1e-5, atol=1e-5)
+
+    with fxvino.collect_reports() as report:
+        run(a, 4)
+        run(b, 4)  # the static graph, frozen with b's weights
+        static_b = report.graphs[1]
+        run(a, 8)  # the dynamic graph releases a's static graph
+        assert static_b.ov_partitions[0].compiled is not None, str(report)
+        run(b, 8)  # and, compiled with b's weights, b's
+        assert static_b.ov_partitions[0].compiled is None, str(report)
+        for model in (a, b, a, b):
+            run(model, 4)  # the dynamic graph serves both: nothing compiles again
+    assert len(report.graphs) == 4, str(report)
+    assert report.graphs[0].released and report.graphs[2].released is None and report.graphs[3].released is None

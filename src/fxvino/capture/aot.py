@@ -173,9 +173,8 @@ def _compile_aten(
             live,
             functools.partial(_compile_unfrozen, gm, options, next_id, report.name, mutated),
             functools.partial(_refreeze, gm, options, next_id, name=report.name, mutated=mutated),
+            family=family,
         )
-        if family is not None:
-            superseded.register(family, weights)
         boxed, unboxed = weights.boxed(), weights.unboxed()
     if direct is not None and kind == "inference" and _runtime_wrappers_idle(example_inputs):
         direct.append((unboxed, len(example_inputs)))

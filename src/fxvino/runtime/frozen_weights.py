@@ -80,6 +80,7 @@ class FrozenWeights:
         compile_unfrozen: Callable[[], Callable],
         compile_frozen: Callable[..., torch.fx.GraphModule | None],
         instances: _Instances | None = None,
+        family: superseded.Family | None = None,
     ) -> None:
         """``compile_frozen(frozen, why=...)`` compiles the graph with ``frozen`` (input position ->
         tensor) as constants, or returns None; ``compile_unfrozen()`` with every weight as an input."""
@@ -91,8 +92,12 @@ class FrozenWeights:
         self.live = live
         self._lock = threading.Lock()
         self.check = weight_check(self.tensors, self.positions)
+        self.own = instances is None  # the graph's own weights, whose report this is; else another instance's
         self.instances = instances if instances is not None else _Instances(compile_unfrozen, compile_frozen)
         self.refreezes = 0
+        self.family = family  # what a dynamic recompile of this graph supersedes (superseded.py)
+        if family is not None:
+            superseded.register(family, self)
 
     def unfrozen(self) -> Callable:
         return self.instances.weights_as_inputs()
@@ -124,12 +129,17 @@ class FrozenWeights:
                 return self.unfrozen()(*args)
             shared.count += 1
             frozen = {i: args[i] for i in self.positions}
+            # This instance's graphs of the same code that this one supersedes (a first decode step
+            # beside the dynamic one) are released, as for the graph's own weights.
+            family = None if self.family is None else self.family.with_tensors(tuple(frozen.values()))
+            if family is not None:
+                superseded.release_superseded(family, tuple(frozen.values()))
             runner = shared.compile_frozen(frozen, why="called with another module instance's weights")
             if runner is None:  # the weights-as-inputs graph serves this instance and every later one
                 shared.count = INSTANCE_LIMIT
                 return self.unfrozen()(*args)
             other = FrozenWeights(
-                frozen, runner, self.report, self.live, shared.compile_unfrozen, shared.compile_frozen, shared
+                frozen, runner, self.report, self.live, shared.compile_unfrozen, shared.compile_frozen, shared, family
             )
             shared.by_first.setdefault(first, []).append(other)
         return other._run(args)
@@ -156,15 +166,9 @@ class FrozenWeights:
         return self.forward(*[args[i] for i in self.live])
 
     def release(self, why: str) -> None:
-        """Free the compiled models now, the other instances' too; the next call, if any, compiles
-        the graph again."""
-        self.report.released = why
-        self._release_own()
-        for others in list(self.instances.by_first.values()):
-            for other in others:
-                other._release_own()
-
-    def _release_own(self) -> None:
+        """Free this instance's compiled models now; its next call, if any, compiles the graph again."""
+        if self.own:
+            self.report.released = why
         with self._lock:
             runner, self.runner = self.runner, None
             self.forward = self._compile_again

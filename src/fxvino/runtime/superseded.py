@@ -50,6 +50,11 @@ class Family:
         self.sizes = sizes  # of each tensor input; None where the size is dynamic
         self.name = name
 
+    def with_tensors(self, frozen: tuple[torch.Tensor, ...]) -> Family:
+        """The same graph frozen with other tensors (another module instance's weights)."""
+        frame, ops, _ = self.key
+        return Family((frame, ops, tuple(map(id, frozen))), self.sizes, self.name)
+
     @property
     def dynamic_dims(self) -> frozenset[tuple[int, int]]:
         return frozenset((i, d) for i, shape in enumerate(self.sizes) for d, n in enumerate(shape) if n is None)
