@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 
@@ -344,6 +345,29 @@ def test_past_the_instance_limit_weights_are_inputs(monkeypatch):
         for layer in layers:
             torch.testing.assert_close(compiled(layer, x), torch.tanh(layer(x)))
     assert [g.frozen_inputs for g in report.graphs] == [2, 2, 0, 2], str(report)
+
+
+def test_threads_calling_with_a_new_instance_compile_it_once(caplog):
+    """Concurrent first calls with another instance's weights make one frozen compile between them."""
+    import concurrent.futures
+
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(8, 8).eval(), torch.nn.Linear(8, 8).eval()
+    compiled = torch.compile(lambda m, x: torch.relu(m(x)), backend="fxvino")
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        compiled(a, x)
+
+        def call(_):
+            with torch.no_grad():  # grad mode is per thread
+                return compiled(b, x)
+
+        with caplog.at_level(logging.INFO, logger="fxvino"), concurrent.futures.ThreadPoolExecutor(4) as pool:
+            outs = list(pool.map(call, range(8)))
+    for out in outs:
+        torch.testing.assert_close(out, torch.relu(b(x)))
+    compiles = [r for r in caplog.records if "another module instance's weights" in r.getMessage()]
+    assert len(compiles) == 1, [r.getMessage() for r in caplog.records]
 
 
 def test_an_lstm_shared_by_two_instances_runs_the_fused_kernel_in_both():

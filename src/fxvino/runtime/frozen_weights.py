@@ -40,9 +40,17 @@ class _Instances:
         self.count = 1  # the graph's own
         self.lock = threading.Lock()
 
+    def find(self, first: int, args: Sequence[Any]) -> FrozenWeights | None:
+        for other in self.by_first.get(first, ()):
+            if other.check.identical(args):
+                return other
+        return None
+
     def weights_as_inputs(self) -> Callable:
         if self.unfrozen is None:
-            self.unfrozen = self.compile_unfrozen()
+            with self.lock:
+                if self.unfrozen is None:
+                    self.unfrozen = self.compile_unfrozen()
         return self.unfrozen
 
 
@@ -114,35 +122,41 @@ class FrozenWeights:
         """A call with another module instance's weights: that instance's own frozen compile."""
         shared = self.instances
         first = id(args[self.positions[0]])
-        for other in shared.by_first.get(first, ()):
-            if other.check.identical(args):
-                return other._run(args)
-        with shared.lock:
-            if shared.count >= INSTANCE_LIMIT:
-                if shared.unfrozen is None:
-                    logger.warning(
-                        "fxvino: graph %s was called with the weights of more than %d module instances; "
-                        "the others run a compile that takes them as inputs",
-                        self.report.name,
-                        INSTANCE_LIMIT,
-                    )
-                return self.unfrozen()(*args)
-            shared.count += 1
-            frozen = {i: args[i] for i in self.positions}
-            # This instance's graphs of the same code that this one supersedes (a first decode step
-            # beside the dynamic one) are released, as for the graph's own weights.
-            family = None if self.family is None else self.family.with_tensors(tuple(frozen.values()))
-            if family is not None:
-                superseded.release_superseded(family, tuple(frozen.values()))
-            runner = shared.compile_frozen(frozen, why="called with another module instance's weights")
-            if runner is None:  # the weights-as-inputs graph serves this instance and every later one
-                shared.count = INSTANCE_LIMIT
-                return self.unfrozen()(*args)
-            other = FrozenWeights(
-                frozen, runner, self.report, self.live, shared.compile_unfrozen, shared.compile_frozen, shared, family
-            )
-            shared.by_first.setdefault(first, []).append(other)
-        return other._run(args)
+        other = shared.find(first, args)
+        if other is None:
+            with shared.lock:  # one compile per instance, whichever threads call it first
+                other = shared.find(first, args) or self._freeze_instance(first, args)
+        return self.unfrozen()(*args) if other is None else other._run(args)
+
+    def _freeze_instance(self, first: int, args: Sequence[Any]) -> FrozenWeights | None:
+        """The graph compiled with this instance's weights frozen, or None past ``INSTANCE_LIMIT``
+        (or if that compile failed): the weights-as-inputs graph then serves it. Under the lock."""
+        shared = self.instances
+        if shared.count >= INSTANCE_LIMIT:
+            if shared.unfrozen is None:
+                logger.warning(
+                    "fxvino: graph %s was called with the weights of more than %d module instances; "
+                    "the others run a compile that takes them as inputs",
+                    self.report.name,
+                    INSTANCE_LIMIT,
+                )
+            return None
+        shared.count += 1
+        frozen = {i: args[i] for i in self.positions}
+        # This instance's graphs of the same code that this one supersedes (a first decode step
+        # beside the dynamic one) are released, as for the graph's own weights.
+        family = None if self.family is None else self.family.with_tensors(tuple(frozen.values()))
+        if family is not None:
+            superseded.release_superseded(family, tuple(frozen.values()))
+        runner = shared.compile_frozen(frozen, why="called with another module instance's weights")
+        if runner is None:  # the weights-as-inputs graph serves this instance and every later one
+            shared.count = INSTANCE_LIMIT
+            return None
+        other = FrozenWeights(
+            frozen, runner, self.report, self.live, shared.compile_unfrozen, shared.compile_frozen, shared, family
+        )
+        shared.by_first.setdefault(first, []).append(other)
+        return other
 
     def _call(self, args: Sequence[Any]) -> Any:
         """The slow path: other tensors than the frozen ones, or changed contents."""
