@@ -347,6 +347,29 @@ def test_past_the_instance_limit_weights_are_inputs(monkeypatch):
     assert [g.frozen_inputs for g in report.graphs] == [2, 2, 0, 2], str(report)
 
 
+def test_a_dropped_instance_is_forgotten_when_the_next_one_comes():
+    """Models of one class compiled in turn (each checkpoint evaluated, then dropped) reach the same
+    graph: a dropped model's frozen compile and weights are let go when the next instance is
+    frozen, instead of piling up to INSTANCE_LIMIT of them."""
+    import gc
+    import weakref
+
+    compiled = torch.compile(lambda m, x: torch.relu(m(x)), backend="fxvino")
+    x = torch.randn(4, 8)
+    first = torch.nn.Linear(8, 8).eval()
+    gone = []
+    with torch.no_grad():
+        compiled(first, x)  # the graph's own weights
+        for _ in range(3):
+            model = torch.nn.Linear(8, 8).eval()
+            torch.testing.assert_close(compiled(model, x), torch.relu(model(x)))
+            gone.append(weakref.ref(model.weight))
+            del model
+            gc.collect()
+        torch.testing.assert_close(compiled(first, x), torch.relu(first(x)))
+    assert [ref() is None for ref in gone] == [True, True, False], "dropped models' weights are kept alive"
+
+
 def test_threads_calling_with_a_new_instance_compile_it_once(caplog):
     """Concurrent first calls with another instance's weights make one frozen compile between them."""
     import concurrent.futures

@@ -8,6 +8,7 @@ Compiling again is the caller's (capture/aot.py passes the two compilers in).
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -39,6 +40,23 @@ class _Instances:
         self.by_first: dict[int, list[FrozenWeights]] = {}
         self.count = 1  # the graph's own
         self.lock = threading.Lock()
+
+    def drop_orphans(self) -> None:
+        """Forget the instances whose tensors nothing but this graph references any more (a model
+        of the same class compiled after another one was dropped: each new checkpoint evaluated in
+        turn), and free their compiled models: their tensors can never be passed again."""
+        for first, others in list(self.by_first.items()):
+            kept = []
+            for other in others:
+                if other.orphaned():
+                    other.release("its module instance is gone")
+                    self.count -= 1
+                else:
+                    kept.append(other)
+            if kept:
+                self.by_first[first] = kept
+            else:
+                del self.by_first[first]
 
     def find(self, first: int, args: Sequence[Any]) -> FrozenWeights | None:
         for other in self.by_first.get(first, ()):
@@ -110,6 +128,11 @@ class FrozenWeights:
     def unfrozen(self) -> Callable:
         return self.instances.weights_as_inputs()
 
+    def orphaned(self) -> bool:
+        """Whether only this graph references the frozen tensors: the tuple, the loop's name and
+        ``getrefcount``'s own argument make 3; a module holding one makes 4."""
+        return all(sys.getrefcount(t) <= 3 for t in self.tensors)
+
     def _refreeze(self, why: str = "its frozen weights changed in place") -> torch.fx.GraphModule | None:
         return self.instances.compile_frozen(dict(zip(self.positions, self.tensors, strict=True)), why=why)
 
@@ -132,6 +155,7 @@ class FrozenWeights:
         """The graph compiled with this instance's weights frozen, or None past ``INSTANCE_LIMIT``
         (or if that compile failed): the weights-as-inputs graph then serves it. Under the lock."""
         shared = self.instances
+        shared.drop_orphans()
         if shared.count >= INSTANCE_LIMIT:
             if shared.unfrozen is None:
                 logger.warning(
