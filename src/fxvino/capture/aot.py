@@ -29,7 +29,7 @@ from fxvino.partitioning.partition import partition_and_compile
 from fxvino.passes import freezing, input_writes
 from fxvino.report import Fallback, GraphReport, publish
 from fxvino.runtime import superseded
-from fxvino.runtime.frozen_weights import FrozenWeights
+from fxvino.runtime.frozen_weights import FrozenWeights, Instances
 from fxvino.training import aot as training
 from fxvino.utils.collector import gc_paused
 from fxvino.utils.fx import aot_metadata, contiguous_group_norm_inputs, graph_forward
@@ -171,8 +171,10 @@ def _compile_aten(
             runner,
             report,
             live,
-            functools.partial(_compile_unfrozen, gm, options, next_id, report.name, mutated),
-            functools.partial(_refreeze, gm, options, next_id, name=report.name, mutated=mutated),
+            Instances(
+                functools.partial(_compile_unfrozen, gm, options, next_id, report.name, mutated),
+                functools.partial(_refreeze, gm, options, next_id, name=report.name, mutated=mutated),
+            ),
             family=family,
         )
         boxed, unboxed = weights.boxed(), weights.unboxed()

@@ -162,7 +162,7 @@ class _Request:
             if (view := self.inputs.get(i)) is not None
         )
         scalars = tuple(
-            (spec.position, array, float if spec.kind == "symfloat" else int)
+            (spec.position, array, self.binding.scalar_in[i])
             for i, spec in self.binding.call_inputs
             if (array := self.scalars.get(i)) is not None
         )
@@ -256,7 +256,12 @@ class _Binding:
         # A size or float computed outside the partition (a 0-d i64 or f64 port) is written into
         # the request's own buffer: a 0-d tensor made and bound per call cost ~40 us of a dynamic
         # scalar graph's call (EnCodec's padding arithmetic, 17 calls per forward).
-        self.scalar_in = tuple(i for i, spec in self.call_inputs if spec.kind in ("symint", "symfloat"))
+        # Port -> the Python type its value is read as.
+        self.scalar_in: dict[int, type] = {
+            i: float if spec.kind == "symfloat" else int
+            for i, spec in self.call_inputs
+            if spec.kind in ("symint", "symfloat")
+        }
         # The plugin's own buffers for the static inputs fxvino binds are freed at the first call:
         # the heap is trimmed after it when they are large (runtime/heap_trim.py).
         copied_in = {i for i, _ in self.copy_in}
@@ -418,7 +423,7 @@ class CompiledPartition:
                 elif kind == "seed":
                     a = draw_seed()
                 else:  # a symint or symfloat: into the request's own 0-d buffer
-                    slot.scalars[i][()] = (float if kind == "symfloat" else int)(args[spec.position])
+                    slot.scalars[i][()] = binding.scalar_in[i](args[spec.position])
                     continue
                 view = slot.inputs.get(i)
                 if view is not None:

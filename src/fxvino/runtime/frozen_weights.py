@@ -29,9 +29,12 @@ REFREEZE_LIMIT = 8
 INSTANCE_LIMIT = 16
 
 
-class _Instances:
+class Instances:
     """What the instances of one graph share: its compilers, the instances frozen so far (found by
-    the first frozen tensor's identity), and the weights-as-inputs compile, made on first need."""
+    the first frozen tensor's identity), and the weights-as-inputs compile, made on first need.
+
+    ``compile_frozen(frozen, why=...)`` compiles the graph with ``frozen`` (input position ->
+    tensor) as constants, or returns None; ``compile_unfrozen()`` with every weight as an input."""
 
     def __init__(self, compile_unfrozen: Callable[[], Callable], compile_frozen: Callable[..., Any]) -> None:
         self.compile_unfrozen = compile_unfrozen
@@ -103,13 +106,10 @@ class FrozenWeights:
         runner: torch.fx.GraphModule,
         report: GraphReport,
         live: list[int],
-        compile_unfrozen: Callable[[], Callable],
-        compile_frozen: Callable[..., torch.fx.GraphModule | None],
-        instances: _Instances | None = None,
+        instances: Instances,
         family: superseded.Family | None = None,
+        own: bool = True,
     ) -> None:
-        """``compile_frozen(frozen, why=...)`` compiles the graph with ``frozen`` (input position ->
-        tensor) as constants, or returns None; ``compile_unfrozen()`` with every weight as an input."""
         self.positions = tuple(frozen)
         self.tensors = tuple(frozen.values())
         self.runner: torch.fx.GraphModule | None = runner
@@ -118,8 +118,8 @@ class FrozenWeights:
         self.live = live
         self._lock = threading.Lock()
         self.check = weight_check(self.tensors, self.positions)
-        self.own = instances is None  # the graph's own weights, whose report this is; else another instance's
-        self.instances = instances if instances is not None else _Instances(compile_unfrozen, compile_frozen)
+        self.own = own  # the graph's own weights, whose report this is; else another instance's
+        self.instances = instances
         self.refreezes = 0
         self.family = family  # what a dynamic recompile of this graph supersedes (superseded.py)
         if family is not None:
@@ -169,16 +169,15 @@ class FrozenWeights:
         frozen = {i: args[i] for i in self.positions}
         # This instance's graphs of the same code that this one supersedes (a first decode step
         # beside the dynamic one) are released, as for the graph's own weights.
-        family = None if self.family is None else self.family.with_tensors(tuple(frozen.values()))
+        tensors = tuple(frozen.values())
+        family = None if self.family is None else self.family.with_tensors(tensors)
         if family is not None:
-            superseded.release_superseded(family, tuple(frozen.values()))
+            superseded.release_superseded(family, tensors)
         runner = shared.compile_frozen(frozen, why="called with another module instance's weights")
         if runner is None:  # the weights-as-inputs graph serves this instance and every later one
             shared.count = INSTANCE_LIMIT
             return None
-        other = FrozenWeights(
-            frozen, runner, self.report, self.live, shared.compile_unfrozen, shared.compile_frozen, shared, family
-        )
+        other = FrozenWeights(frozen, runner, self.report, self.live, shared, family, own=False)
         shared.by_first.setdefault(first, []).append(other)
         return other
 
