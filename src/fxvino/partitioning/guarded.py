@@ -20,6 +20,7 @@ from fxvino.partitioning.job import Job
 from fxvino.partitioning.support import decline_reasons
 from fxvino.report import Fallback
 from fxvino.runtime.compiled_partition import CompiledPartition
+from fxvino.runtime.position_writes import Absorbed
 from fxvino.utils.fx import graph_forward, placeholders_to_attrs
 
 logger = logging.getLogger("fxvino")
@@ -59,10 +60,20 @@ class GuardedPartition:
         self.replacement: Callable | None = None
         self.lock = threading.Lock()
         self.bisected = False
+        self.absorbed: Absorbed | None = None
+
+    def absorb(self, absorbed: Absorbed) -> bool:
+        """Make the writes ``absorbed`` part of every call (the partition's own after its
+        inference; from the results on the eager paths); False when the partition cannot."""
+        if not self.partition.absorb(absorbed):
+            return False
+        self.absorbed = absorbed
+        return True
 
     def __call__(self, *args: Any) -> tuple[Any, ...]:
         if self.replacement is not None:
-            return self.replacement(*args)
+            result = self.replacement(*args)
+            return result if self.absorbed is None else self.absorbed.from_results(args, result)
         try:
             return self.partition(*args)
         except Exception as e:  # noqa: BLE001
@@ -76,7 +87,7 @@ class GuardedPartition:
             if self.replacement is None and why not in self.seen:
                 self.seen.add(why)
                 self.job.report.fallback(Fallback(self.name, "partition", why, "eager"))
-            return result
+            return result if self.absorbed is None else self.absorbed.from_results(args, result)
 
     def _full_args(self, args: tuple[Any, ...]) -> list[Any]:
         full: list[Any] = [None] * (len(self.constants) + len(self.runtime_positions))

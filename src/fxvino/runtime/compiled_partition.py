@@ -31,6 +31,7 @@ import torch
 
 from fxvino.lowering.convert import InputSpec, OutputSpec
 from fxvino.runtime import heap_trim as heap
+from fxvino.runtime.position_writes import Absorbed
 from fxvino.utils.dtypes import OV_TO_TORCH, to_ov_tensor
 
 # Inputs up to this size are copied into the request's own buffer rather than bound.
@@ -122,6 +123,7 @@ class _Request:
         "lender",
         "copied_out",
         "plain",
+        "views",
     )
 
     def __init__(self, binding: _Binding, lender: CompiledPartition | None = None):
@@ -139,17 +141,25 @@ class _Request:
         self.on_loan = False  # kept out of the pool until ``lent`` drops to 0
         self.retired = False  # never to be pooled again (its copy-in views went stale)
         self.lender = lender
+        self.views: dict[int, torch.Tensor] = {}  # result position -> a view of a static result's memory
         lends = lender is not None and lender.lend_static
+        absorbed = lender.absorbed if lender is not None else None
         # Every result a static tensor, none lent: each call copies them out of these arrays,
         # decided once rather than per result (a StaticCache decode step's 121 small results:
         # the 0.7 ms its call spends around the inference shrank by 0.04-0.05 ms).
-        self.copied_out = self._copied_out() if binding.static_results and not lends else None
-        self.plain = self._plain() if binding.plain and self.copied_out is not None else None
+        self.copied_out = self._copied_out(absorbed) if binding.static_results and not lends else None
+        plain = binding.plain and self.copied_out is not None and absorbed is None
+        self.plain = self._plain() if plain else None
 
-    def _copied_out(self) -> tuple[tuple[Any, torch.dtype | None], ...]:
-        """(the request's own array, the dtype to reinterpret its copy as, None if torch reads it right)."""
+    def _copied_out(self, absorbed: Absorbed | None) -> tuple[tuple[Any, torch.dtype | None], ...]:
+        """(the request's own array, the dtype to reinterpret its copy as, None if torch reads it
+        right); (None, None) for a result the partition's own writes alone read."""
         outputs = []
-        for spec in self.binding.outputs:
+        dropped = absorbed.dropped if absorbed is not None else frozenset()
+        for k, spec in enumerate(self.binding.outputs):
+            if k in dropped:
+                outputs.append((None, None))
+                continue
             array = self.outputs[spec.index] = self.request.get_output_tensor(spec.index).data
             read_as = torch.from_numpy(array).dtype
             outputs.append((array, spec.dtype if spec.dtype is not None and spec.dtype != read_as else None))
@@ -167,6 +177,21 @@ class _Request:
             if (array := self.scalars.get(i)) is not None
         )
         return _Plain(inputs, scalars, self.copied_out, len(self.copied_out) == 1)
+
+    def result_view(self, k: int) -> torch.Tensor:
+        """Result ``k`` (a tensor output) over the request's own memory, valid until its next
+        inference: what the partition's own writes read (position_writes.Absorbed)."""
+        view = self.views.get(k)
+        if view is not None:
+            return view
+        binding = self.binding
+        spec = binding.outputs[k]
+        if spec.index in binding.packed:
+            return _torch_view_of(_unpacked(self.request, binding.packed[spec.index]), spec.dtype)
+        view = _torch_view_of(self.request.get_output_tensor(spec.index).data, spec.dtype)
+        if spec.index in binding.static_out:
+            self.views[k] = view
+        return view
 
     def output(self, index: int, dtype: torch.dtype | None, lend: bool = False) -> torch.Tensor:
         """The output as a fresh tensor; a static output lives in one buffer, read in place.
@@ -304,6 +329,20 @@ class CompiledPartition:
         self._bound = threading.Event()  # cleared while the partition waits for a new compiled model
         self._bound.set()
         self.shared: Any = None  # shared_weights.py's record, for partitions that can share weights
+        self.absorbed: Absorbed | None = None  # writes into inputs done after each inference
+
+    def absorb(self, absorbed: Absorbed) -> bool:
+        """Do ``absorbed``'s writes in every call, right after the inference, from the results'
+        own memory, and return None for the results only they read; False (nothing changed) when
+        a result they read is not a tensor output."""
+        binding = self.binding
+        reads = {*absorbed.values, *(k for out, k in absorbed.indices if out)}
+        if binding is None or any(binding.outputs[k].kind != "tensor" for k in reads):
+            return False
+        with self._loans:
+            self.absorbed = absorbed
+            self._drain()  # requests made before decided their results without it
+        return True
 
     @property
     def compiled(self) -> ov.CompiledModel | None:
@@ -446,6 +485,9 @@ class CompiledPartition:
             if binding.trim_pending:
                 binding.trim_pending = False
                 heap.trim()
+            absorbed = self.absorbed
+            if absorbed is not None:
+                return self._written(slot, args, absorbed)
             if slot.copied_out is not None:
                 return tuple([_torch_view_of(array.copy(), dtype) for array, dtype in slot.copied_out])
             lend = self._on_loan < MAX_LENT
@@ -456,6 +498,19 @@ class CompiledPartition:
                 self._put_back(slot)
                 slot = self._new_request()
             self._put_back(slot)
+
+    def _written(self, slot: _Request, args: tuple[Any, ...], absorbed: Absorbed) -> tuple[Any, ...]:
+        """The writes the partition does itself, then its results (None for those only they read)."""
+        absorbed.apply(args, slot.result_view)
+        if slot.copied_out is not None:
+            return tuple(
+                [None if array is None else _torch_view_of(array.copy(), dtype) for array, dtype in slot.copied_out]
+            )
+        lend = self._on_loan < MAX_LENT
+        dropped = absorbed.dropped
+        return tuple(
+            None if k in dropped else _take(slot, spec, args, lend) for k, spec in enumerate(slot.binding.outputs)
+        )
 
 
 def _take(slot: _Request, spec: OutputSpec, args: Sequence[Any], lend: bool) -> Any:
