@@ -434,12 +434,13 @@ def test_large_dynamic_outputs_are_lent_and_never_overwritten():
     compiled = torch.compile(lambda x: x * 2 + 1, backend="fxvino", dynamic=True)
     rows = LEND_BYTES // (4 * 64) + 1
     inputs = [torch.randn(rows + i, 64) for i in range(MAX_LENT + 4)]
-    with torch.no_grad():
+    with torch.no_grad(), collect_reports() as report:
         kept = [compiled(x) for x in inputs]  # more than MAX_LENT held at once: the rest are copies
         tail = compiled(inputs[0])[-3:]  # only a slice of the base survives
         for _ in range(3):
             compiled(inputs[1])
             compiled(inputs[2])
+    assert not report.fallbacks, str(report)  # a failing loan must not hide behind the eager fallback
     for x, out in zip(inputs, kept, strict=True):
         torch.testing.assert_close(out, x * 2 + 1)
     torch.testing.assert_close(tail, inputs[0][-3:] * 2 + 1)
@@ -449,6 +450,35 @@ def test_large_dynamic_outputs_are_lent_and_never_overwritten():
     gc.collect()
     with torch.no_grad():
         torch.testing.assert_close(compiled(inputs[3]), inputs[3] * 2 + 1)
+
+
+def test_lent_outputs_passed_back_are_bound_as_they_are(monkeypatch):
+    """A DynamicCache step takes the caches the previous step returned (lent, over a request's
+    memory): they are bound to the next inference as the OpenVINO tensors they are, not wrapped
+    again (60 such caches per token on a 30-layer Llama), and the results stay eager's."""
+    from fxvino.runtime import compiled_partition as runtime
+
+    wrapped: list[tuple[int, ...]] = []
+    real = runtime.to_ov_tensor
+
+    def counting(t):
+        wrapped.append(tuple(t.shape))
+        return real(t)
+
+    monkeypatch.setattr(runtime, "to_ov_tensor", counting)
+    compiled = torch.compile(lambda cache, new: torch.cat([cache, new * 2]), backend="fxvino", dynamic=True)
+    rows = runtime.LEND_BYTES // (4 * 64) + 1
+    cache, eager = torch.randn(rows, 64), None
+    eager = cache.clone()
+    with torch.no_grad(), collect_reports() as report:
+        for step in range(6):
+            new = torch.randn(1, 64)
+            cache, eager = compiled(cache, new), torch.cat([eager, new * 2])
+            torch.testing.assert_close(cache, eager, rtol=0, atol=0)
+            if step == 1:
+                wrapped.clear()  # from here every cache passed in is a lent result
+    assert not report.fallbacks, str(report)
+    assert not [s for s in wrapped if s[0] >= rows], f"lent caches wrapped again: {wrapped}"
 
 
 def test_call_path_fetches_no_frozen_constant_and_copies_outputs_in_numpy():

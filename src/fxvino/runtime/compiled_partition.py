@@ -118,6 +118,7 @@ class _Request:
         "held",
         "outputs",
         "lent",
+        "loans",
         "on_loan",
         "retired",
         "lender",
@@ -138,6 +139,8 @@ class _Request:
         self.held: dict[int, tuple[weakref.ref, int, torch.Size]] = {}
         self.outputs: dict[int, Any] = {}  # static outputs: the request's own array, read in place
         self.lent = 0  # outputs handed over without a copy and still alive
+        # id of the weak reference to each lent array -> (the reference, the array's data address)
+        self.loans: dict[int, tuple[weakref.ref, int]] = {}
         self.on_loan = False  # kept out of the pool until ``lent`` drops to 0
         self.retired = False  # never to be pooled again (its copy-in views went stale)
         self.lender = lender
@@ -193,6 +196,14 @@ class _Request:
             self.views[k] = view
         return view
 
+    def _freed(self, ref: weakref.ref) -> None:
+        """A lent output's memory was freed (any thread, any time): forget it, and pool the
+        request again when it was the last."""
+        lender = self.lender
+        _, address = self.loans.pop(id(ref), (None, 0))
+        lender.lent_tensors.pop(address, None)
+        lender._returned(self)
+
     def output(self, index: int, dtype: torch.dtype | None, lend: bool = False) -> torch.Tensor:
         """The output as a fresh tensor; a static output lives in one buffer, read in place.
         With ``lend``, a large dynamic output (any large output in a training graph) is returned
@@ -210,9 +221,15 @@ class _Request:
             lendable = (index not in binding.static_out and index not in binding.copied) or self.lender.lend_static
             if lend and lendable and tensor.byte_size >= self.lender.lend_bytes:
                 array = tensor.data
+                view = _torch_view_of(array, dtype)
+                address = view.data_ptr()
                 self.lent += 1
-                weakref.finalize(array, self.lender._returned, self)  # when the last view is freed
-                return _torch_view_of(array, dtype)
+                # A weak reference with a callback, kept here, costs a tenth of weakref.finalize.
+                ref = weakref.ref(array, self._freed)
+                self.loans[id(ref)] = (ref, address)
+                # Passed back as an input (a DynamicCache's next step), it is bound as it is.
+                self.lender.lent_tensors[address] = (tensor, view.shape, view.dtype)
+                return view
             if array is None:
                 array = tensor.data
                 if index in self.binding.static_out:
@@ -325,11 +342,14 @@ class CompiledPartition:
         self._pool: queue.SimpleQueue[_Request] = queue.SimpleQueue()
         self._loans = threading.Lock()
         self._on_loan = 0  # requests out of the pool because callers hold their outputs
+        self._lent_slots: set[_Request] = set()
         self._closed = False
         self._bound = threading.Event()  # cleared while the partition waits for a new compiled model
         self._bound.set()
         self.shared: Any = None  # shared_weights.py's record, for partitions that can share weights
         self.absorbed: Absorbed | None = None  # writes into inputs done after each inference
+        # Outputs on loan, by data address: (OpenVINO's tensor, the torch view's shape and dtype).
+        self.lent_tensors: dict[int, tuple[ov.Tensor, torch.Size, torch.dtype]] = {}
 
     def absorb(self, absorbed: Absorbed) -> bool:
         """Do ``absorbed``'s writes in every call, right after the inference, from the results'
@@ -396,13 +416,14 @@ class CompiledPartition:
         return _Request(binding, self)
 
     def _returned(self, slot: _Request) -> None:
-        """A lent output's memory was freed (a finalizer: any thread, any time)."""
+        """A lent output's memory was freed (a weak reference's callback: any thread, any time)."""
         with self._loans:
             slot.lent -= 1
             if slot.lent or not slot.on_loan:
                 return
             slot.on_loan = False
             self._on_loan -= 1
+            self._lent_slots.discard(slot)
             if self._poolable(slot):
                 self._pool.put(slot)
 
@@ -414,6 +435,8 @@ class CompiledPartition:
             if slot.lent:
                 slot.on_loan = True
                 self._on_loan += 1
+                # Held here while on loan: the weak references that return it are only its own.
+                self._lent_slots.add(slot)
                 return
             if self._poolable(slot):
                 self._pool.put(slot)
@@ -472,10 +495,16 @@ class CompiledPartition:
                     rebound = True
                 held = slot.held.get(i)
                 contiguous = a.is_contiguous()
-                if held is not None and contiguous and held[0]() is a and held[1:] == (a.data_ptr(), a.shape):
-                    continue  # the same memory in the same layout, read afresh by this inference
                 if contiguous:
-                    slot.held[i] = (weakref.ref(a), a.data_ptr(), a.shape)
+                    address = a.data_ptr()
+                    if held is not None and held[0]() is a and held[1:] == (address, a.shape):
+                        continue  # the same memory in the same layout, read afresh by this inference
+                    slot.held[i] = (weakref.ref(a), address, a.shape)
+                    lent = self.lent_tensors.get(address)
+                    if lent is not None and lent[1] == a.shape and lent[2] == a.dtype:
+                        alive.append(a)
+                        request.set_input_tensor(i, lent[0])  # an output of ours, bound as it is
+                        continue
                 else:
                     slot.held.pop(i, None)
                     a = a.contiguous()
