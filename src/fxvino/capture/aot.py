@@ -24,7 +24,7 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from fxvino.capture import decompositions, recurrent, resample, specialize
 from fxvino.options import Options
-from fxvino.partitioning import isolation
+from fxvino.partitioning import isolation, placed_writes
 from fxvino.partitioning.partition import partition_and_compile
 from fxvino.passes import freezing, input_writes
 from fxvino.report import Fallback, GraphReport, publish
@@ -190,7 +190,7 @@ def _partition(
     written in place (input_writes.py) rather than returned whole."""
     writes = input_writes.take_writes(work, mutated)
     runner = partition_and_compile(work, options, report)
-    input_writes.put_writes(runner, writes)
+    placed_writes.put_writes(runner, writes)
     return runner
 
 

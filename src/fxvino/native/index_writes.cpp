@@ -1,6 +1,6 @@
 // A graph's in-place writes of a few positions into its inputs (a StaticCache's decode step: each
 // layer's new key and value at the current position), done in one call after the graph ran
-// (runtime/input_writes.py). Through PyTorch, each write is an ``index_put_`` dispatched from
+// (runtime/position_writes.py). Through PyTorch, each write is an ``index_put_`` dispatched from
 // Python: ~4 us warm, ~15 us on the cold caches a decode step's inference leaves, 60 per token on a
 // 30-layer Llama. Here each is a few row copies.
 //

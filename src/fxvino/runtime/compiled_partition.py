@@ -219,17 +219,18 @@ class _Request:
                 return _torch_view_of(_unpacked(self.request, binding.packed[index]).copy(), dtype)
             tensor = self.request.get_output_tensor(index)
             lendable = (index not in binding.static_out and index not in binding.copied) or self.lender.lend_static
-            if lend and lendable and tensor.byte_size >= self.lender.lend_bytes:
-                array = tensor.data
-                view = _torch_view_of(array, dtype)
-                address = view.data_ptr()
-                self.lent += 1
-                # A weak reference with a callback, kept here, costs a tenth of weakref.finalize.
-                ref = weakref.ref(array, self._freed)
-                self.loans[id(ref)] = (ref, address)
-                # Passed back as an input (a DynamicCache's next step), it is bound as it is.
-                self.lender.lent_tensors[address] = (tensor, view.shape, view.dtype)
-                return view
+            if lend and lendable:
+                array = tensor.data  # its size read from numpy: one call into OpenVINO fewer
+                if array.nbytes >= self.lender.lend_bytes:
+                    view = _torch_view_of(array, dtype)
+                    address = view.data_ptr()
+                    self.lent += 1
+                    # A weak reference with a callback, kept here, costs a tenth of weakref.finalize.
+                    ref = weakref.ref(array, self._freed)
+                    self.loans[id(ref)] = (ref, address)
+                    # Passed back as an input (a DynamicCache's next step), it is bound as it is.
+                    self.lender.lent_tensors[address] = (tensor, view.shape, view.dtype)
+                    return view
             if array is None:
                 array = tensor.data
                 if index in self.binding.static_out:
