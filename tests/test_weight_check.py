@@ -135,7 +135,7 @@ def test_native_build_is_cached_and_failures_name_the_cause(tmp_path, monkeypatc
     ts = _params(2)
     assert module.same(module.make(ts, (0, 1)), list(ts))
 
-    with pytest.raises(native.BuildError, match="no source nonexistent.cpp.*available: weight_stamp"):
+    with pytest.raises(native.BuildError, match="no source nonexistent.cpp.*available: .*weight_stamp"):
         native.build("nonexistent", tmp_path)
     monkeypatch.setenv("CXX", str(Path(shutil.which("false") or "/bin/false")))
     with pytest.raises(native.BuildError, match="failed with exit code 1"):
