@@ -25,17 +25,19 @@ from fxvino.runtime.position_writes import Absorbed, PositionWrites, Write
 aten = torch.ops.aten
 
 
-def _position_write(w: TakenWrite) -> Write | None:
+def _position_write(w: TakenWrite) -> tuple[Write, ResultRef, ResultRef] | None:
     """``w`` as a write of one index tensor's positions along one dimension (what
-    runtime/position_writes.py does natively), or None."""
+    runtime/position_writes.py does natively), with its index and values; or None."""
     if w.op is aten.index_put_.default:
         indices, values = w.template
         refs = [k for k, a in enumerate(indices) if a is not None]
-        plain = len(refs) == 1 and isinstance(indices[refs[0]], ResultRef) and isinstance(values, ResultRef)
-        return Write(w.op, refs[0]) if plain else None
+        if len(refs) == 1 and isinstance(indices[refs[0]], ResultRef) and isinstance(values, ResultRef):
+            return Write(w.op, refs[0]), indices[refs[0]], values
+        return None
     dim, index, source = w.template
-    plain = isinstance(dim, int) and isinstance(index, ResultRef) and isinstance(source, ResultRef)
-    return Write(w.op, dim) if plain else None
+    if isinstance(dim, int) and isinstance(index, ResultRef) and isinstance(source, ResultRef):
+        return Write(w.op, dim), index, source
+    return None
 
 
 def put_writes(gm: torch.fx.GraphModule, writes: Sequence[TakenWrite]) -> None:
@@ -60,11 +62,9 @@ def put_writes(gm: torch.fx.GraphModule, writes: Sequence[TakenWrite]) -> None:
     plain: list[_Plain] = []
     with gm.graph.inserting_before(out):
         for w in writes:
-            if (p := _position_write(w)) is not None:
-                put = p.op is aten.index_put_.default
-                index = fill(w.template[0][p.dim] if put else w.template[1], w)
-                values = fill(w.template[1] if put else w.template[2], w)
-                plain.append(_Plain(w, p, inputs[w.target], index, values))
+            if (found := _position_write(w)) is not None:
+                p, index, values = found
+                plain.append(_Plain(w, p, inputs[w.target], fill(index, w), fill(values, w)))
                 continue
             args = tuple([fill(t, w) for t in a] if isinstance(a, list) else fill(a, w) for a in w.template)
             write = gm.graph.call_function(w.op, (inputs[w.target], *args))
@@ -120,8 +120,7 @@ def _absorb(plain: list[_Plain], own: Sequence[object], out: torch.fx.Node) -> t
     groups: dict[torch.fx.Node, list[_Plain]] = {}
     rest: list[_Plain] = []
     for item in plain:
-        found = _result_of(item.values)
-        call = found[0] if found is not None else None
+        call = values[0] if (values := _result_of(item.values)) is not None else None
         index = _result_of(item.index)
         ok = (
             call is not None

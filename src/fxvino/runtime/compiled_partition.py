@@ -117,7 +117,6 @@ class _Request:
         "scalars",
         "held",
         "outputs",
-        "lent",
         "loans",
         "on_loan",
         "retired",
@@ -138,10 +137,10 @@ class _Request:
         # tensor again (a StaticCache's K and V on every decode step) is already bound.
         self.held: dict[int, tuple[weakref.ref, int, torch.Size]] = {}
         self.outputs: dict[int, Any] = {}  # static outputs: the request's own array, read in place
-        self.lent = 0  # outputs handed over without a copy and still alive
-        # id of the weak reference to each lent array -> (the reference, the array's data address)
+        # Outputs handed over without a copy and still alive: id of the weak reference to each lent
+        # array -> (the reference, the array's data address)
         self.loans: dict[int, tuple[weakref.ref, int]] = {}
-        self.on_loan = False  # kept out of the pool until ``lent`` drops to 0
+        self.on_loan = False  # kept out of the pool until ``loans`` is empty
         self.retired = False  # never to be pooled again (its copy-in views went stale)
         self.lender = lender
         self.views: dict[int, torch.Tensor] = {}  # result position -> a view of a static result's memory
@@ -197,12 +196,8 @@ class _Request:
         return view
 
     def _freed(self, ref: weakref.ref) -> None:
-        """A lent output's memory was freed (any thread, any time): forget it, and pool the
-        request again when it was the last."""
-        lender = self.lender
-        _, address = self.loans.pop(id(ref), (None, 0))
-        lender.lent_tensors.pop(address, None)
-        lender._returned(self)
+        """A lent output's memory was freed (any thread, any time)."""
+        self.lender._returned(self, ref)
 
     def output(self, index: int, dtype: torch.dtype | None, lend: bool = False) -> torch.Tensor:
         """The output as a fresh tensor; a static output lives in one buffer, read in place.
@@ -224,7 +219,6 @@ class _Request:
                 if array.nbytes >= self.lender.lend_bytes:
                     view = _torch_view_of(array, dtype)
                     address = view.data_ptr()
-                    self.lent += 1
                     # A weak reference with a callback, kept here, costs a tenth of weakref.finalize.
                     ref = weakref.ref(array, self._freed)
                     self.loans[id(ref)] = (ref, address)
@@ -416,11 +410,13 @@ class CompiledPartition:
             binding = self.binding
         return _Request(binding, self)
 
-    def _returned(self, slot: _Request) -> None:
-        """A lent output's memory was freed (a weak reference's callback: any thread, any time)."""
+    def _returned(self, slot: _Request, ref: weakref.ref) -> None:
+        """A lent output's memory was freed (a weak reference's callback: any thread, any time):
+        forget it, and pool the request again when it was the last."""
         with self._loans:
-            slot.lent -= 1
-            if slot.lent or not slot.on_loan:
+            _, address = slot.loans.pop(id(ref), (None, 0))
+            self.lent_tensors.pop(address, None)
+            if slot.loans or not slot.on_loan:
                 return
             slot.on_loan = False
             self._on_loan -= 1
@@ -433,7 +429,7 @@ class CompiledPartition:
 
     def _put_back(self, slot: _Request) -> None:
         with self._loans:
-            if slot.lent:
+            if slot.loans:
                 slot.on_loan = True
                 self._on_loan += 1
                 # Held here while on loan: the weak references that return it are only its own.

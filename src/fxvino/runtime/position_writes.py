@@ -4,9 +4,9 @@ passes/input_writes.py turns AOTAutograd's copy-back of an updated input into th
 (``index_put_`` / ``index_copy_`` of the new values at their positions). A StaticCache's decode
 step has two per layer; as separate PyTorch ops, on the cold caches the inference leaves, they
 were ~1 ms of a 30-layer Llama's ~26 ms step. :class:`PositionWrites` does them in one native call
-(native/index_writes.cpp) and hands any write that is not the plain case (another dtype, a
-broadcast, an index out of range, a tensor subclass) to PyTorch's own op, in order, so semantics
-and errors stay PyTorch's.
+(native/index_writes.cpp) and hands any write that is not the plain case (another dtype, an
+int32 index, an index out of range, a tensor subclass) to PyTorch's own op, in order, so
+semantics and errors stay PyTorch's.
 """
 
 from __future__ import annotations
