@@ -121,6 +121,44 @@ def test_anonymous_memory_is_not_asked_for():
     assert _resident_fraction(weight) > 0.99
 
 
+def test_the_rest_of_a_weights_file_mapping_leaves_memory_too(disk_dir):
+    """A checkpoint is mapped whole: the pages beside a frozen weight (the float originals of
+    weights quantized after loading) go with it, those changed in place stay, and nothing changes."""
+    values = np.random.default_rng(2).standard_normal(3 << 20, dtype=np.float32)  # 12 MB
+    mapped = _mapped_weight(disk_dir / "checkpoint.bin", values)
+    n = mapped.numel() // 3
+    weight, other, written = mapped[:n], mapped[n : 2 * n], mapped[2 * n :]
+    mapped.sum()
+    written.add_(1.0)  # private copies now
+    assert min(_resident_fraction(t) for t in (weight, other, written)) > 0.99
+
+    released = weight_pages.release([weight])
+
+    assert weight.numel() * 4 - 2 * weight_pages.PAGE <= released <= weight.numel() * 4  # what it reports: the weight's
+    assert _resident_fraction(weight) < 0.05
+    assert _resident_fraction(other) < 0.05
+    assert _cached_fraction(other) > 0.99  # in the page cache still
+    assert _resident_fraction(written[weight_pages.PAGE :]) > 0.99
+    np.testing.assert_array_equal(mapped[: 2 * n].numpy(), values[: 2 * n])
+    np.testing.assert_array_equal(written.numpy(), values[2 * n :] + 1.0)
+
+
+def test_groups_share_a_mapping_and_each_counts_its_own_weights(disk_dir):
+    values = np.ones(2 << 20, dtype=np.float32)  # 8 MB
+    mapped = _mapped_weight(disk_dir / "checkpoint.bin", values)
+    mapped.sum()
+    half = mapped.numel() // 2
+    first, second = mapped[:half], mapped[half:]
+
+    released = weight_pages.release_groups([[first], [second, second], [torch.randn(1 << 20)]])
+
+    assert released[0] >= first.numel() * 4 - 2 * weight_pages.PAGE
+    assert released[1] >= second.numel() * 4 - 2 * weight_pages.PAGE  # an alias counted once
+    assert released[1] <= second.numel() * 4
+    assert released[2] == 0
+    assert _resident_fraction(mapped) < 0.05
+
+
 class _LateThread(weight_pages.threading.Thread):
     """A thread that starts running late, as on a busy machine."""
 
@@ -209,15 +247,15 @@ def test_a_model_loaded_from_safetensors_keeps_its_weight_pages_out_of_memory(di
     assert _resident_fraction(weight) > 0.99
     after_release = []
 
-    def recorded(tensors):
-        tensors = list(tensors)
-        released = real(tensors)
-        if any(t.data_ptr() == weight.data_ptr() for t in tensors):  # frozen aliases of it
+    def recorded(groups):
+        groups = [list(tensors) for tensors in groups]
+        released = real(groups)
+        if any(t.data_ptr() == weight.data_ptr() for tensors in groups for t in tensors):  # frozen aliases of it
             after_release.append(_resident_fraction(weight))
         return released
 
-    real = weight_pages.release
-    monkeypatch.setattr(fxvino.runtime.weight_pages, "release", recorded)
+    real = weight_pages.release_groups
+    monkeypatch.setattr(fxvino.runtime.weight_pages, "release_groups", recorded)
     compiled = torch.compile(model, backend="fxvino", options={"page_out_weights": page_out})
     with fxvino.collect_reports() as report, torch.no_grad():
         got = compiled(ids).logits
@@ -241,6 +279,36 @@ def test_a_model_loaded_from_safetensors_keeps_its_weight_pages_out_of_memory(di
 
 
 @pytest.mark.parametrize("page_out", [True, False])
+def test_the_float_originals_of_weights_quantized_after_loading_leave_memory(disk_dir, page_out):
+    """torchao's quantize_ reads a mapped checkpoint's float weights and keeps integers: the
+    checkpoint's pages stay resident (the embeddings and norms still map it) until the compile
+    releases the mapping of the weights it freezes (a 1.1B int4 Llama: 9.4 -> 4.2 GB after generate)."""
+    from torchao.quantization import IntxWeightOnlyConfig, PerGroup, quantize_
+
+    model = _saved_and_loaded_llama(disk_dir)
+    original = model.model.layers[0].mlp.up_proj.weight.detach()  # a view of the checkpoint's pages
+    lo, hi = weight_pages._extent(original)
+    assert any(s <= lo and hi <= e for s, e in weight_pages.file_backed_ranges())
+    quantize_(model, IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(64)))
+    assert _resident_fraction(original) > 0.99  # read by quantize_, held by the mapping
+    ids = torch.randint(0, 512, (1, 24), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = model(ids).logits
+    options = {"page_out_weights": page_out, "config": {"DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}}
+    compiled = torch.compile(model, backend="fxvino", options=options)
+    with fxvino.collect_reports() as report, torch.no_grad():
+        got = compiled(ids).logits
+
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    assert sum(report.ov_ops.values()) > 0 and not report.fallbacks and not report.torch_ops
+    if page_out:
+        assert _resident_fraction(original) < 0.05
+        assert _cached_fraction(original) > 0.99
+    else:
+        assert _resident_fraction(original) > 0.99
+
+
+@pytest.mark.parametrize("page_out", [True, False])
 def test_a_cache_hit_releases_the_blob_pages_it_imported_from(disk_dir, page_out, monkeypatch):
     """With ``model_caching``, a hit maps the stored blob and the plugin packs the weights from it:
     the blob's pages leave resident memory too (SD 1.5's UNet and VAE, warm: 8.6 -> 5.4 GB peak)."""
@@ -250,14 +318,14 @@ def test_a_cache_hit_releases_the_blob_pages_it_imported_from(disk_dir, page_out
     options = {"model_caching": True, "cache_dir": str(disk_dir / "cache"), "page_out_weights": page_out}
     blob_after_release = []
 
-    def recorded(tensors):
-        tensors = list(tensors)
-        released = real(tensors)
-        blob_after_release.extend(_resident_fraction(t) for t in tensors if t.dtype == torch.uint8)
+    def recorded(groups):
+        groups = [list(tensors) for tensors in groups]
+        released = real(groups)
+        blob_after_release.extend(_resident_fraction(t) for ts in groups for t in ts if t.dtype == torch.uint8)
         return released
 
-    real = weight_pages.release
-    monkeypatch.setattr(weight_pages, "release", recorded)
+    real = weight_pages.release_groups
+    monkeypatch.setattr(weight_pages, "release_groups", recorded)
     for run in ("store", "hit"):
         fxvino.reset()
         compiled = torch.compile(model, backend="fxvino", options=options)

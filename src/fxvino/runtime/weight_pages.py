@@ -10,18 +10,27 @@ is the one asked for), their pages are clean pages of a private file mapping:
 (reclaimable, shared, not this process's resident memory), and the next access maps them again
 unchanged. Nothing is lost and nothing is read from disk again.
 
+The rest of each mapping a frozen weight lies in goes too. A checkpoint is mapped whole, and the
+pages a graph does not freeze are read again only by PyTorch's own code (which maps them again
+when it does) or not at all: the float originals of weights quantized after loading. torchao's
+``quantize_`` reads every float weight of the checkpoint and replaces it with integers, and the
+mapping, held by the weights still mapped (embeddings, norms), keeps those pages resident: 4.0 GB
+of a 1.1B Llama's 4.4 GB checkpoint, beside 1 GB of int4 values. The pages stay in the page cache
+like the weights', and the same pagemap rule below keeps whatever was changed in place.
+
 The plugin reads every weight while it compiles, so the pages would all be resident, beside the
 growing packed copy, at the end of each compile: that is the process's peak (a 1.1B-parameter
 f32 Llama: 4.35 GB of mapped weights plus 4.4 GB packed). While a compile runs, a thread therefore
-releases the watched weights' pages whenever the process's file-backed memory has grown by
-``GROWTH_BYTES``, and once more when the compile ends.
+releases the watched weights' pages when it starts, whenever the process's file-backed memory has
+grown by ``GROWTH_BYTES``, and once more when the compile ends.
 
 Only pages the kernel can give back unchanged are released: ``/proc/self/pagemap`` tells each
 page's state, and a page changed in place (a fused LoRA: the kernel made it a private anonymous
 copy) or swapped out is left alone, as is anonymous memory (weights built or converted in
 Python). A weight written from another thread while its own graph compiles is a race already
 (the compile may freeze either value); a write landing between the pagemap read and the release
-would be lost with it.
+would be lost with it, and so would a first write, in that instant, to another tensor mapped from
+the same checkpoint.
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ import logging
 import mmap
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -89,23 +98,24 @@ def _extent(t: torch.Tensor) -> tuple[int, int] | None:
     return (lo, hi) if hi > lo else None
 
 
-def _in_files(extents: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The extents that lie wholly inside one private file mapping, merged where they overlap."""
-    files = file_backed_ranges()
+def _in_files(tensors: Iterable[torch.Tensor], files: list[tuple[int, int]]) -> tuple[int, set[tuple[int, int]]]:
+    """Bytes of the tensors' extents that lie wholly inside one of the private file mappings
+    ``files`` (overlaps counted once), and those mappings."""
     starts = [s for s, _ in files]
-
-    def inside_one(lo: int, hi: int) -> bool:  # /proc/self/maps has ~1,000 lines with torch loaded
+    inside: list[tuple[int, int]] = []
+    holding: set[tuple[int, int]] = set()
+    extents = {e for t in tensors if isinstance(t, torch.Tensor) for e in [_extent(t)] if e is not None}
+    for lo, hi in extents:  # /proc/self/maps has ~1,000 lines with torch loaded
         i = bisect.bisect_right(starts, lo) - 1
-        return i >= 0 and hi <= files[i][1]
-
-    inside = sorted(e for e in set(extents) if inside_one(*e))
-    merged: list[tuple[int, int]] = []
-    for lo, hi in inside:
-        if merged and lo <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
-        else:
-            merged.append((lo, hi))
-    return merged
+        if i >= 0 and hi <= files[i][1]:
+            inside.append((lo, hi))
+            holding.add(files[i])
+    total, reached = 0, 0
+    for lo, hi in sorted(inside):
+        lo = max(lo, reached)
+        total += max(0, hi - lo)
+        reached = max(reached, hi)
+    return total, holding
 
 
 def _releasable_runs(pagemap: int, lo: int, hi: int) -> list[tuple[int, int]]:
@@ -120,27 +130,35 @@ def _releasable_runs(pagemap: int, lo: int, hi: int) -> list[tuple[int, int]]:
 
 
 def release(tensors: Iterable[torch.Tensor]) -> int:
-    """Unmaps the clean file-backed pages under ``tensors`` from this process; returns the bytes
-    of their extents that lie in file mappings (0 where nothing does or the platform cannot)."""
+    """Unmaps from this process the clean pages of the file mappings ``tensors`` lie in, theirs
+    and the rest of each mapping's (see the module doc); returns the bytes of the tensors' extents
+    that lie in file mappings (0 where nothing does or the platform cannot)."""
+    return release_groups([tensors])[0]
+
+
+def release_groups(groups: Sequence[Iterable[torch.Tensor]]) -> list[int]:
+    """:func:`release` of each group, every mapping they lie in read and released once."""
     madvise = _madvise()
     if madvise is None:
-        return 0
-    extents = _in_files(e for t in tensors if isinstance(t, torch.Tensor) for e in [_extent(t)] if e is not None)
-    if not extents:
-        return 0
+        return [0] * len(groups)
+    files = file_backed_ranges()
+    found = [_in_files(tensors, files) for tensors in groups]
+    mappings = sorted(set().union(*(held for _, held in found)))
+    if not mappings:
+        return [0] * len(groups)
     try:
         pagemap = os.open("/proc/self/pagemap", os.O_RDONLY)
     except OSError:
-        return 0
+        return [0] * len(groups)
     try:
-        for lo, hi in extents:
+        for lo, hi in mappings:
             for a, b in _releasable_runs(pagemap, lo, hi):
                 if madvise(a, b - a, MADV_DONTNEED) != 0:
                     log.debug("madvise(MADV_DONTNEED) failed with errno %d; the rest stay", ctypes.get_errno())
-                    return 0
+                    return [0] * len(groups)
     finally:
         os.close(pagemap)
-    return sum(hi - lo for lo, hi in extents)
+    return [n for n, _ in found]
 
 
 def _file_resident() -> int:
@@ -174,11 +192,7 @@ class _Watcher:
                 self._watched.append(entry)
                 if self._stop is None:
                     self._stop = threading.Event()
-                    # The baseline is read here, not by the thread once it runs: on a busy machine
-                    # the compile had read the weights before the thread's first look, which then
-                    # counted them in and saw no growth (a flaky test_weight_pages under xdist).
-                    args = (self._stop, _file_resident())
-                    threading.Thread(target=self._tick, args=args, daemon=True, name="fxvino-pages").start()
+                    threading.Thread(target=self._tick, args=(self._stop,), daemon=True, name="fxvino-pages").start()
                 return
         self._release([entry], credit=True)
 
@@ -200,9 +214,13 @@ class _Watcher:
             if last:
                 self._release(watched, credit=True)
 
-    def _tick(self, stop: threading.Event, baseline: int) -> None:
-        while not stop.wait(TICK_SECONDS):
-            if _file_resident() - baseline < GROWTH_BYTES:
+    def _tick(self, stop: threading.Event) -> None:
+        """Releases at once what is resident already (pages read before the compile: by a
+        quantization that read a checkpoint's float weights, or by the compile itself when this
+        thread starts late on a busy machine), then whenever file-backed memory has grown."""
+        baseline = None
+        while baseline is None or not stop.wait(TICK_SECONDS):
+            if baseline is not None and _file_resident() - baseline < GROWTH_BYTES:
                 continue
             with self._lock:
                 watched = list(self._watched)
@@ -211,8 +229,8 @@ class _Watcher:
 
     @staticmethod
     def _release(watched: list[tuple[list[torch.Tensor], Any]], credit: bool) -> None:
-        for tensors, report in watched:
-            n = release(tensors)
+        released = release_groups([tensors for tensors, _ in watched])
+        for (_, report), n in zip(watched, released, strict=True):
             if credit and report is not None:
                 report.released_weight_bytes += n
 
