@@ -387,6 +387,50 @@ def test_torchao_int4_weight_only_is_a_4bit_constant():
     assert inner and not any(four_bit(t) for t in inner)  # the model's own tensors are never tagged
 
 
+def _packed_of(report) -> list:
+    """The packed 4-bit values each partition's constants were made from (lowering/convert.py)."""
+    return [v for g in report.graphs for p in g.partitions for v in p.partition_ref().held]
+
+
+def test_graphs_over_the_same_int4_weights_share_their_packed_constants():
+    """A compiled model keeps its constants: graphs over the same torchao int4 weights (an LLM's
+    prefill and decode) share one packed copy, a weight changed in place gets its own, and a copy
+    no compiled partition holds is gone."""
+    import gc
+    import weakref
+
+    from torchao.quantization import IntxWeightOnlyConfig, PerGroup, quantize_
+
+    model, x = _mlp()
+    quantize_(model, IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(64)))
+    expected = model(x)
+    first, report1 = run_fxvino(model, x, options=EXACT)
+    second, report2 = run_fxvino(model, x[:1], options=EXACT)  # another compiled model
+    torch.testing.assert_close(first, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(second, expected[:1], atol=1e-5, rtol=1e-5)
+    assert_all_on_openvino(report1)
+    assert_all_on_openvino(report2)
+    packed1, packed2 = _packed_of(report1), _packed_of(report2)
+    assert len(packed1) == 2 and [id(v) for v in packed1] == [id(v) for v in packed2]
+
+    qdata = model[0].weight.qdata
+    with torch.no_grad():
+        qdata.copy_(torch.flip(qdata, [0]))  # other 4-bit values, in place
+    expected = model(x)
+    torch._dynamo.reset()
+    changed, report3 = run_fxvino(model, x, options=EXACT)
+    torch.testing.assert_close(changed, expected, atol=1e-5, rtol=1e-5)
+    packed3 = _packed_of(report3)
+    assert id(packed3[0]) != id(packed1[0])  # compared by bytes, not trusted to a version counter
+    assert id(packed3[1]) == id(packed1[1])
+
+    gone = weakref.ref(packed1[0])
+    del packed1, packed2, packed3, report1, report2, report3
+    torch._dynamo.reset()
+    gc.collect()
+    assert gone() is None
+
+
 def test_weight_only_dynamic_quantization_is_reported():
     """With OpenVINO's defaults, weight-only products may quantize their activations to int8 on
     the fly (``DYNAMIC_QUANTIZATION_GROUP_SIZE``, on CPUs with int8 dot products): the report says
