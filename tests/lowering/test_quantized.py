@@ -389,7 +389,7 @@ def test_torchao_int4_weight_only_is_a_4bit_constant():
 
 def _packed_of(report) -> list:
     """The packed 4-bit values each partition's constants were made from (lowering/convert.py)."""
-    return [v for g in report.graphs for p in g.partitions for v in p.partition_ref().held]
+    return [v for g in report.graphs for p in g.partitions for v in p.partition_ref().packed_constants]
 
 
 def test_graphs_over_the_same_int4_weights_share_their_packed_constants():

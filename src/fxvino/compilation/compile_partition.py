@@ -105,7 +105,7 @@ def compile_partition(
             if kind == "backward":  # compiled with its forward (training/aot.py)
                 primed = training.prime(compiled, lowered.model)
             partition = CompiledPartition(compiled, lowered.inputs, lowered.outputs, lend_static=lends)
-            partition.held = lowered.held  # packed constants later graphs over the same weights reuse
+            partition.packed_constants = lowered.packed  # what later graphs over the same weights reuse
             if member is not None:
                 shared_weights.remember(partition, member)
         t2 = time.perf_counter()

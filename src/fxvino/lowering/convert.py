@@ -80,9 +80,9 @@ class LoweredGraph:
     # Plugin properties this graph compiles better with (under the user's ``config``), read off
     # ``model`` by ``compilation.plugin_config`` once it is lowered.
     plugin_config: dict[str, Any] = dataclasses.field(default_factory=dict)
-    # What ``model``'s constants were made from and other graphs may reuse (``PackedValues``):
-    # the compiled partition keeps them, so the next graph over the same weights finds them.
-    held: list[Any] = dataclasses.field(default_factory=list)
+    # The ``PackedValues`` ``model``'s 4-bit constants were made from: the compiled partition keeps
+    # them, so the next graph over the same weights finds them.
+    packed: list[PackedValues] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -120,7 +120,7 @@ def lower_graph(
     their values are rounded where PyTorch's rounding is observable (``rounding.py``)."""
     ctx = LoweringContext(name)
     params: list[ov.Node] = []
-    held: list[Any] = []  # PackedValues the constants were made from
+    packed: list[PackedValues] = []  # what its 4-bit constants were made from
     inputs: list[InputSpec] = []
     runtime_positions: list[int] = []
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
@@ -130,7 +130,7 @@ def lower_graph(
     for pos, node in enumerate(placeholders):
         val = node.meta.get("val")
         if pos in constants:
-            ctx.env[node] = _constant(constants[pos], held)
+            ctx.env[node] = _constant(constants[pos], packed)
         elif isinstance(val, torch.Tensor):
             dims = [d if isinstance(d, int) else -1 for d in val.shape]
             carried = val.is_complex()  # a complex tensor travels as its view_as_real: [..., 2]
@@ -178,7 +178,7 @@ def lower_graph(
     outputs: list[OutputSpec] = []
     for node in gm.graph.nodes:
         if node.op == "get_attr":
-            ctx.env[node] = _constant(fetch_attr(gm, node.target), held)
+            ctx.env[node] = _constant(fetch_attr(gm, node.target), packed)
         elif node.op == "call_function":
             entry = entry_for(node)
             if entry is None:
@@ -203,12 +203,12 @@ def lower_graph(
     model = ov.Model(results, params, name)
     keep_scalar_broadcasts_small(model)
     round_like_torch(model, widened)
-    return LoweredGraph(model, inputs, outputs, runtime_positions, counts, held=held)
+    return LoweredGraph(model, inputs, outputs, runtime_positions, counts, packed=packed)
 
 
-def _constant(t: torch.Tensor, held: list[Any]) -> ov.Output:
+def _constant(t: torch.Tensor, packed: list[PackedValues]) -> ov.Output:
     if four_bit(t):
-        return _four_bit_constant(t, held)
+        return _four_bit_constant(t, packed)
     t = t.detach()
     if t.dtype == torch.bfloat16:
         # A Constant made from an ov.Tensor reads the tensor's memory without keeping it alive:
@@ -235,11 +235,11 @@ class PackedValues:
 
 
 # The torch tensor's storage, offset, sizes, strides and dtype -> its packed values, for as long
-# as a compiled partition holds them (LoweredGraph.held): this keeps nothing alive by itself.
+# as a compiled partition holds them (LoweredGraph.packed): this keeps nothing alive by itself.
 _packed: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
-def _four_bit_constant(t: torch.Tensor, held: list[Any]) -> ov.Output:
+def _four_bit_constant(t: torch.Tensor, made_from: list[PackedValues]) -> ov.Output:
     """A u4/i4 Constant of ``t``'s values (one per byte in ``t``), two to a byte, low nibble first.
 
     Reused when another graph packed the same tensor to the same bytes: the bytes are compared, not
@@ -254,7 +254,7 @@ def _four_bit_constant(t: torch.Tensor, held: list[Any]) -> ov.Output:
         owned = ov.Tensor(ov.Type.u4 if t.dtype == torch.uint8 else ov.Type.i4, ov.Shape(list(t.shape)))
         owned.data[...] = packed.reshape(owned.data.shape).view(owned.data.dtype)
         found = _packed[key] = PackedValues(owned)
-    held.append(found)
+    made_from.append(found)
     return ops.constant(found.tensor).output(0)
 
 

@@ -343,7 +343,7 @@ class CompiledPartition:
         self._bound.set()
         self.shared: Any = None  # shared_weights.py's record, for partitions that can share weights
         self.absorbed: Absorbed | None = None  # writes into inputs done after each inference
-        self.held: list[Any] = []  # what its constants were made from, for later graphs (lowering/convert.py)
+        self.packed_constants: list[Any] = []  # kept for later graphs over the same weights (lowering/convert.py)
         # Outputs on loan, by data address: (OpenVINO's tensor, the torch view's shape and dtype).
         self.lent_tensors: dict[int, tuple[ov.Tensor, torch.Size, torch.dtype]] = {}
 

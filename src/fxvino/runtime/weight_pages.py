@@ -98,10 +98,11 @@ def _extent(t: torch.Tensor) -> tuple[int, int] | None:
     return (lo, hi) if hi > lo else None
 
 
-def _in_files(tensors: Iterable[torch.Tensor], files: list[tuple[int, int]]) -> tuple[int, set[tuple[int, int]]]:
+def _in_files(
+    tensors: Iterable[torch.Tensor], files: list[tuple[int, int]], starts: list[int]
+) -> tuple[int, set[tuple[int, int]]]:
     """Bytes of the tensors' extents that lie wholly inside one of the private file mappings
-    ``files`` (overlaps counted once), and those mappings."""
-    starts = [s for s, _ in files]
+    ``files`` (sorted; ``starts`` their first addresses), overlaps counted once, and those mappings."""
     inside: list[tuple[int, int]] = []
     holding: set[tuple[int, int]] = set()
     extents = {e for t in tensors if isinstance(t, torch.Tensor) for e in [_extent(t)] if e is not None}
@@ -142,7 +143,8 @@ def release_groups(groups: Sequence[Iterable[torch.Tensor]]) -> list[int]:
     if madvise is None:
         return [0] * len(groups)
     files = file_backed_ranges()
-    found = [_in_files(tensors, files) for tensors in groups]
+    starts = [s for s, _ in files]
+    found = [_in_files(tensors, files, starts) for tensors in groups]
     mappings = sorted(set().union(*(held for _, held in found)))
     if not mappings:
         return [0] * len(groups)
