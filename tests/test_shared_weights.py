@@ -243,3 +243,27 @@ def test_outputs_beside_a_top_level_graph_leave_their_if_packed_and_arrive_whole
             assert got.dtype == want.dtype and torch.equal(got, want)
         b = torch.randn(1, 3)
         torch.testing.assert_close(top(b)[0], torch.relu(b))
+
+
+def test_graphs_over_the_same_int4_weights_run_on_one_compiled_model(monkeypatch, caplog):
+    """torchao int4 weights become packed 4-bit constants that every graph over them shares
+    (lowering/convert.py), so they are not memory of a graph's own: a prefill and a decode step over
+    them merge as over float weights, and the plugin packs them once. The limit on a member's own
+    memory is set below the packed constants' size, so counting them as its own keeps the graphs
+    apart and fails the test."""
+    ao = pytest.importorskip("torchao.quantization")
+    model = _mlp()
+    ao.quantize_(model, ao.IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=ao.PerGroup(32)))
+    monkeypatch.setattr(shared_weights, "MAX_OWNED_BYTES", 1 << 10)  # the packed values: 6 kB
+    exact = {"config": {"DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}}  # no int8 activations on the fly
+    compiled = torch.compile(model, backend="fxvino", options=exact)
+    with caplog.at_level("INFO", logger="fxvino"), fxvino.collect_reports() as report, torch.no_grad():
+        for rows in (1, 16, 1, 5, 1):
+            x = torch.randn(rows, 64)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    assert all(not g.fallbacks and not g.torch_ops for g in report.graphs), str(report)
+    live = _live(report)
+    assert len(live) == 2 and live[0] is live[1], str(report)
+    assert any("runs at its top level" in r.getMessage() for r in caplog.records)
+    first, second = (p.partition_ref().packed_constants for g in report.graphs for p in g.ov_partitions)
+    assert len(first) == 2 and [id(v) for v in first] == [id(v) for v in second]

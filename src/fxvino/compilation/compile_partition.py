@@ -105,9 +105,9 @@ def compile_partition(
             if kind == "backward":  # compiled with its forward (training/aot.py)
                 primed = training.prime(compiled, lowered.model)
             partition = CompiledPartition(compiled, lowered.inputs, lowered.outputs, lend_static=lends)
-            partition.packed_constants = lowered.packed  # what later graphs over the same weights reuse
             if member is not None:
                 shared_weights.remember(partition, member)
+        partition.packed_constants = lowered.packed  # what later graphs over the same weights reuse
         t2 = time.perf_counter()
     note = dynamic_quantization_note(partition.compiled)
     return Compiled(partition, lowered.runtime_positions, t1 - t0, t2 - t1, primed, note)

@@ -55,7 +55,7 @@ from torch.fx.experimental.symbolic_shapes import optimization_hint
 
 from fxvino.devices import core
 from fxvino.lowering import helpers as h
-from fxvino.lowering.convert import InputSpec, LoweredGraph, OutputSpec
+from fxvino.lowering.convert import InputSpec, LoweredGraph, OutputSpec, PackedValues
 from fxvino.runtime.compiled_partition import CompiledPartition, Piece
 
 logger = logging.getLogger("fxvino")
@@ -72,7 +72,8 @@ MIN_SHARED_BYTES = 1 << 30
 # packed copy is half the size (peak RSS was already 1.25x eager's on AMX).
 PRECISIONS = ("f32",)
 # A member keeps its lowered model for later merges; one holding more of its own memory (weights
-# copied or compressed while lowering) than this is not kept, as that memory would stay alive.
+# copied or compressed while lowering) than this is not kept, as that memory would stay alive. The
+# packed 4-bit values of torchao int4 weights are not its own: every graph over them shares them.
 MAX_OWNED_BYTES = 16 << 20
 # A member this many times cheaper (multiply-adds at the sizes it was compiled for) than every other
 # runs at the top level of the merged model, not inside an If: no copies in or out and the plugin's
@@ -93,6 +94,9 @@ class Member:
     config: dict[str, Any]
     name: str
     example: Example | None  # what it was compiled for; None: never run idle at the top level
+    # The packed 4-bit values its constants were made from (shared with other graphs over the same
+    # torchao weights): held while the member is, and not counted as memory of its own.
+    packed: list[PackedValues] = dataclasses.field(default_factory=list)
 
     @classmethod
     def of(
@@ -104,7 +108,17 @@ class Member:
         name: str,
         example: Example | None,
     ) -> Member:
-        return cls(lowered.model, list(lowered.inputs), list(lowered.outputs), weights, device, config, name, example)
+        return cls(
+            lowered.model,
+            list(lowered.inputs),
+            list(lowered.outputs),
+            weights,
+            device,
+            config,
+            name,
+            example,
+            list(lowered.packed),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,16 +196,18 @@ def weights_of(constants: dict[int, Any]) -> dict[int, int]:
     }
 
 
-def owned_bytes(model: ov.Model, weights: dict[int, int]) -> int:
-    """Bytes of ``model``'s constants that are not views of the frozen weights."""
-    spans = sorted(weights.items())
+def owned_bytes(model: ov.Model, weights: dict[int, int], packed: Sequence[PackedValues] = ()) -> int:
+    """Bytes of ``model``'s constants that are not views of the frozen weights, nor of the packed
+    4-bit values shared by every graph over the same torchao weights (those live as long as any
+    partition made from them, whether this model is kept or not)."""
+    spans = sorted(weights.items()) + [(v.tensor.data.ctypes.data, v.tensor.get_byte_size()) for v in packed]
     total = 0
     for op in model.get_ordered_ops():
         if op.get_type_name() != "Constant":
             continue
         try:
             ptr = op.get_data().ctypes.data
-        except Exception:  # noqa: BLE001 - types numpy cannot view (u4, i4) are fxvino's own copies
+        except Exception:  # noqa: BLE001 - a type numpy cannot view: counted as owned
             ptr = -1
         if not any(start <= ptr < start + n for start, n in spans):
             total += op.get_byte_size()
@@ -216,7 +232,8 @@ def remember(partition: CompiledPartition, member: Member) -> None:
     """Index ``partition`` as one that later partitions may share its weights with (if it reads
     enough of them, and its lowered model holds little memory of its own)."""
     weights = member.weights
-    if sum(weights.values()) >= MIN_SHARED_BYTES and owned_bytes(member.model, weights) <= MAX_OWNED_BYTES:
+    owned = owned_bytes(member.model, weights, member.packed)
+    if sum(weights.values()) >= MIN_SHARED_BYTES and owned <= MAX_OWNED_BYTES:
         _index(partition, member)
 
 
