@@ -63,3 +63,41 @@ def test_underscore_convolution(transposed, groups, stride, padding, output_padd
     torch.testing.assert_close(out, fn(x, w, b), rtol=1e-4, atol=1e-4)
     assert_all_on_openvino(report)
     assert report.ov_ops["aten._convolution.default"] == 1, str(report)
+
+
+def _deconvolution_kernels(report) -> set[str]:
+    return {
+        op.get_rt_info()["primitiveType"].astype(str)
+        for g in report.graphs
+        for p in g.ov_partitions
+        for op in p.compiled.get_runtime_model().get_ordered_ops()
+        if op.get_rt_info()["layerType"].astype(str) == "Deconvolution"
+    }
+
+
+@pytest.mark.parametrize(
+    "c_in, c_out, kernel, stride, padding, output_padding, dilation",
+    [(64, 32, 16, 8, 0, 0, 1), (32, 16, 10, 5, 3, 2, 1), (32, 16, 4, 4, 1, 0, 2), (16, 16, 4, 2, 0, 1, 1)],
+    ids=["codec-upsampling", "padded", "dilated", "narrow"],
+)
+def test_a_1d_transposed_convolution_runs_as_2d_where_only_that_avoids_the_gemm_kernel(
+    c_in, c_out, kernel, stride, padding, output_padding, dilation
+):
+    """The CPU plugin runs some 1-d transposed convolutions on its generic GEMM kernel, 2-2.6x slower
+    than the same as 2-d of height 1 (which fxvino then lowers): which ones depends on the plugin and
+    the CPU class, so the expected kernel is the plugin's own answer for both forms, on this machine."""
+    from fxvino.devices import cpu_deconvolution_kernel
+
+    torch.manual_seed(0)
+    layer = torch.nn.ConvTranspose1d(c_in, c_out, kernel, stride, padding, output_padding, dilation=dilation).eval()
+    x = torch.randn(1, c_in, 50)
+    out, report = run_fxvino(layer, x)
+    torch.testing.assert_close(out, layer(x), rtol=1e-4, atol=1e-4)
+    assert_all_on_openvino(report)
+    one = cpu_deconvolution_kernel(c_in, c_out, (kernel,), (stride,), (dilation,), (padding,), (output_padding,))
+    two = cpu_deconvolution_kernel(
+        c_in, c_out, (1, kernel), (1, stride), (1, dilation), (0, padding), (0, output_padding)
+    )
+    assert one is not None and two is not None
+    expected = two if "gemm" in one and "gemm" not in two else one
+    assert _deconvolution_kernels(report) == {expected}, (one, two)
