@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 
 import openvino as ov
+import openvino.opset16 as ops
 import torch
 
 from fxvino.utils.thread_binding import plugin_load_without_binding
@@ -172,8 +173,6 @@ def cpu_deconvolution_kernel(
     The choice is the plugin's, per version and CPU class, and does not depend on the input's length
     (checked for 8 against 75 to 12,000 steps) or the weights' values; so a single-op model is compiled
     once per parameter set (20-30 ms) and its answer kept."""
-    import openvino.opset16 as ops  # the lowering's opset; imported here, the module stays light
-
     try:
         spatial = [1 if (k, s, p) == (1, 1, 0) else 8 + 2 * p for k, s, p in zip(kernel, stride, padding, strict=True)]
         x = ops.parameter([1, in_channels, *spatial], ov.Type.f32)
