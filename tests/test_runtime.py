@@ -329,10 +329,14 @@ def test_one_graph_called_with_other_modules_weights_uses_them(grad):
 
 def test_past_the_instance_limit_weights_are_inputs(monkeypatch):
     """Instances past INSTANCE_LIMIT share one compile that takes the weights as inputs, and every
-    instance, frozen or not, keeps computing with its own weights, also after an in-place edit."""
+    instance, frozen or not, keeps computing with its own weights, also after an in-place edit;
+    an instance served so goes straight to it (no lock, no look for dropped instances)."""
     from fxvino.runtime import frozen_weights
 
     monkeypatch.setattr(frozen_weights, "INSTANCE_LIMIT", 2)
+    searches = []
+    drop = frozen_weights.Instances.drop_orphans
+    monkeypatch.setattr(frozen_weights.Instances, "drop_orphans", lambda self: searches.append(1) or drop(self))
     torch.manual_seed(0)
     layers = [torch.nn.Linear(8, 8).eval() for _ in range(4)]
     compiled = torch.compile(lambda m, x: torch.tanh(m(x)), backend="fxvino")
@@ -341,10 +345,46 @@ def test_past_the_instance_limit_weights_are_inputs(monkeypatch):
         for _ in range(2):
             for layer in layers:
                 torch.testing.assert_close(compiled(layer, x), torch.tanh(layer(x)))
+        assert len(searches) == 3, searches  # the instances past the limit are looked for once each
         layers[1].weight.mul_(-1)  # a frozen instance's own weights changed: it is frozen again
         for layer in layers:
             torch.testing.assert_close(compiled(layer, x), torch.tanh(layer(x)))
     assert [g.frozen_inputs for g in report.graphs] == [2, 2, 0, 2], str(report)
+
+
+def test_instances_with_0d_weights_share_one_compile_and_skip_the_instance_search(monkeypatch):
+    """A graph whose frozen tensors are all 0-d (a module's sizes kept as buffers, as in EnCodec's
+    padding arithmetic) freezes its own instance only: the others share the weights-as-inputs compile,
+    each with its own values, also after one is changed in place, and once served so their calls do
+    not look for dropped instances again."""
+    from fxvino.runtime import frozen_weights
+
+    class Scale(torch.nn.Module):
+        def __init__(self, k: int) -> None:
+            super().__init__()
+            self.register_buffer("k", torch.tensor(k), persistent=False)
+
+        def forward(self, x):
+            return x * self.k + self.k
+
+    searches = []
+    drop = frozen_weights.Instances.drop_orphans
+    monkeypatch.setattr(frozen_weights.Instances, "drop_orphans", lambda self: searches.append(1) or drop(self))
+    blocks = [Scale(k) for k in (2, 3, 5, 7)]
+    compiled = torch.compile(lambda m, x: torch.relu(m(x)), backend="fxvino")
+    x = torch.randn(4, 8)
+    with collect_reports() as report, torch.no_grad():
+        for block in blocks:
+            torch.testing.assert_close(compiled(block, x), torch.relu(block(x)))
+        first_round = len(searches)
+        for _ in range(3):
+            for block in blocks:
+                torch.testing.assert_close(compiled(block, x), torch.relu(block(x)))
+        blocks[2].k.fill_(-4)  # as inputs: current whatever the values become
+        torch.testing.assert_close(compiled(blocks[2], x), torch.relu(blocks[2](x)))
+    assert first_round == 3 and len(searches) == 3, searches
+    assert [g.frozen_inputs for g in report.graphs] == [1, 0], str(report)
+    assert not report.fallbacks and not report.torch_ops, str(report)
 
 
 def test_a_dropped_instance_is_forgotten_when_the_next_one_comes():

@@ -41,6 +41,9 @@ class Instances:
         self.compile_frozen = compile_frozen
         self.unfrozen: Callable | None = None
         self.by_first: dict[int, list[FrozenWeights]] = {}
+        # Instances (by their first frozen tensor's identity) that the weights-as-inputs compile
+        # serves: their calls go straight to it, without the lock or a look for dropped instances.
+        self.as_inputs: set[int] = set()
         self.count = 1  # the graph's own
         self.lock = threading.Lock()
 
@@ -54,6 +57,7 @@ class Instances:
                 if other.orphaned():
                     other.release("its module instance is gone")
                     self.count -= 1
+                    self.as_inputs.clear()  # a slot is free: those may be frozen when next seen
                 else:
                     kept.append(other)
             if kept:
@@ -85,7 +89,8 @@ class FrozenWeights:
     each block's weights: with weights as inputs OpenVINO folds nothing of them and repacks them on
     every call, and an LSTM whose weights are not constants runs as a TensorIterator, not the CPU
     plugin's fused kernel (EnCodec's second LSTM: 1.8 ms against 0.22). Past ``INSTANCE_LIMIT``
-    instances, a compile that takes every weight as an input serves the others. Each instance keeps
+    instances, and for every other instance when the frozen tensors are all 0-d, a compile that
+    takes every weight as an input serves the others. Each instance keeps
     its tensors referenced, as the graph's own do.
 
     Contents: a frozen tensor changed in place since the compile (a LoRA fused into it, a new
@@ -146,24 +151,33 @@ class FrozenWeights:
         shared = self.instances
         first = id(args[self.positions[0]])
         other = shared.find(first, args)
+        if other is None and first in shared.as_inputs:
+            return self.unfrozen()(*args)
         if other is None:
             with shared.lock:  # one compile per instance, whichever threads call it first
                 other = shared.find(first, args) or self._freeze_instance(first, args)
         return self.unfrozen()(*args) if other is None else other._run(args)
 
     def _freeze_instance(self, first: int, args: Sequence[Any]) -> FrozenWeights | None:
-        """The graph compiled with this instance's weights frozen, or None past ``INSTANCE_LIMIT``
-        (or if that compile failed): the weights-as-inputs graph then serves it. Under the lock."""
+        """The graph compiled with this instance's weights frozen, or None past ``INSTANCE_LIMIT``,
+        for 0-d weights only, or if that compile failed: the weights-as-inputs graph then serves it
+        (and every later call of it). Under the lock.
+
+        0-d weights (the sizes and strides a module keeps as buffers) give OpenVINO nothing to fold
+        that matters, while each frozen compile is one more model whose inference runs cold between
+        the others: EnCodec's padding arithmetic, a graph of its own for each of 32 convolutions."""
         shared = self.instances
         shared.drop_orphans()
-        if shared.count >= INSTANCE_LIMIT:
-            if shared.unfrozen is None:
+        scalars = all(args[i].dim() == 0 for i in self.positions)
+        if scalars or shared.count >= INSTANCE_LIMIT:
+            if shared.unfrozen is None and not scalars:
                 logger.warning(
                     "fxvino: graph %s was called with the weights of more than %d module instances; "
                     "the others run a compile that takes them as inputs",
                     self.report.name,
                     INSTANCE_LIMIT,
                 )
+            shared.as_inputs.add(first)
             return None
         shared.count += 1
         frozen = {i: args[i] for i in self.positions}
@@ -176,6 +190,7 @@ class FrozenWeights:
         runner = shared.compile_frozen(frozen, why="called with another module instance's weights")
         if runner is None:  # the weights-as-inputs graph serves this instance and every later one
             shared.count = INSTANCE_LIMIT
+            shared.as_inputs.add(first)
             return None
         other = FrozenWeights(frozen, runner, self.report, self.live, shared, family, own=False)
         shared.by_first.setdefault(first, []).append(other)
