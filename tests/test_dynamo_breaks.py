@@ -47,3 +47,23 @@ def test_a_whole_graph_reports_no_break():
     report = fxvino.explain(lambda x: torch.relu(x) + 1, torch.randn(4))
     assert report.dynamo == []
     assert "dynamo:" not in str(report)
+
+
+def test_pytorch_between_inferences_brings_the_openmp_spin_hint(monkeypatch):
+    """With PyTorch work between OpenVINO inferences (a graph break here), the report says how to
+    stop PyTorch's OpenMP threads from spinning on the next inference's cores, unless the
+    environment already sets the spin, PyTorch runs one thread, or its backend is not OpenMP."""
+    from fxvino import report as reports
+
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    broken = fxvino.explain(_branchy, torch.randn(8))
+    whole = fxvino.explain(lambda x: torch.relu(x) + 1, torch.randn(4))
+    assert whole.hints == [] and "hint:" not in str(whole)
+    if torch.get_num_threads() < 2 or "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+        assert broken.hints == []
+        return
+    assert broken.hints == [reports.OPENMP_SPIN_HINT]
+    assert f"hint: {reports.OPENMP_SPIN_HINT}" in str(broken)
+    monkeypatch.setenv("GOMP_SPINCOUNT", "10000")
+    assert broken.hints == [] and "hint:" not in str(broken)

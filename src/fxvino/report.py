@@ -11,6 +11,7 @@ import collections
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import logging
 import os
 import re
@@ -18,6 +19,8 @@ import threading
 import weakref
 from collections.abc import Iterator
 from typing import Any
+
+import torch
 
 logger = logging.getLogger("fxvino")
 
@@ -163,6 +166,12 @@ class Report:
         return [n for g in self.graphs for n in g.notes]
 
     @property
+    def hints(self) -> list[str]:
+        """What the user can change outside fxvino to make these graphs faster (not fallbacks)."""
+        between = bool(self.torch_ops) or any(not b.eager_frame for b in self.dynamo)
+        return [OPENMP_SPIN_HINT] if between and openmp_spins() else []
+
+    @property
     def num_ov_partitions(self) -> int:
         return sum(len(g.ov_partitions) for g in self.graphs)
 
@@ -179,7 +188,30 @@ class Report:
         for b in self.dynamo:
             what = "ran a frame eagerly" if b.eager_frame else "graph break"
             lines.append(f"dynamo: {what} x{b.count}{f' at {b.where}' if b.where else ''}: {b.kind}")
+        lines.extend(f"hint: {h}" for h in self.hints)
         return "\n".join(lines)
+
+
+OPENMP_SPIN_HINT = (
+    "PyTorch runs between OpenVINO inferences here (graph breaks or ops in PyTorch), and its OpenMP threads "
+    "spin for milliseconds after each parallel op, on the cores the next inference needs: start Python with "
+    "GOMP_SPINCOUNT=10000 in the environment (EnCodec 24 kHz: 111 -> 86-91 ms per call; see the call path page)"
+)
+
+
+def openmp_spins() -> bool:
+    """Whether PyTorch's parallel ops leave GNU OpenMP threads spinning at their default length:
+    its backend is OpenMP with more than one thread, and neither ``GOMP_SPINCOUNT`` nor
+    ``OMP_WAIT_POLICY`` is in the environment (libgomp reads them when it loads, so a value set
+    from Python after ``import torch`` changes nothing; the environment is what a process starts with)."""
+    if "GOMP_SPINCOUNT" in os.environ or "OMP_WAIT_POLICY" in os.environ or torch.get_num_threads() < 2:
+        return False
+    return _openmp_backend()
+
+
+@functools.cache
+def _openmp_backend() -> bool:
+    return "parallel backend: OpenMP" in torch.__config__.parallel_info()
 
 
 _collectors: contextvars.ContextVar[tuple[Report, ...]] = contextvars.ContextVar("fxvino_collectors", default=())
