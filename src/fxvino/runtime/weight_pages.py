@@ -220,14 +220,18 @@ class _Watcher:
         """Releases at once what is resident already (pages read before the compile: by a
         quantization that read a checkpoint's float weights, or by the compile itself when this
         thread starts late on a busy machine), then whenever file-backed memory has grown."""
-        baseline = None
-        while baseline is None or not stop.wait(TICK_SECONDS):
-            if baseline is not None and _file_resident() - baseline < GROWTH_BYTES:
-                continue
-            with self._lock:
-                watched = list(self._watched)
-            self._release(watched, credit=False)
-            baseline = _file_resident()
+        baseline = self._release_watched()
+        while not stop.wait(TICK_SECONDS):
+            if _file_resident() - baseline >= GROWTH_BYTES:
+                baseline = self._release_watched()
+
+    def _release_watched(self) -> int:
+        """Releases every watched group's pages (not credited: the compile's end does that); returns
+        the file-backed memory left resident, the baseline growth is measured from."""
+        with self._lock:
+            watched = list(self._watched)
+        self._release(watched, credit=False)
+        return _file_resident()
 
     @staticmethod
     def _release(watched: list[tuple[list[torch.Tensor], Any]], credit: bool) -> None:
