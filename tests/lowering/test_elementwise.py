@@ -32,6 +32,41 @@ def test_integer_division_rounds_like_torch_at_run_time(fn):
     assert_all_on_openvino(report)
 
 
+def _int32_range_operands(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dividends across the int32 range, divisors small and large, of both signs."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randint(-(2**31) + 1, 2**31 - 1, (4096,), generator=g)
+    b = torch.randint(1, 2**16, (4096,), generator=g) * (torch.randint(0, 2, (4096,), generator=g) * 2 - 1)
+    b[:512] = torch.randint(-(2**31) + 1, 2**31 - 1, (512,), generator=g)
+    b[b == 0] = 3
+    a[:4], b[:4] = (
+        torch.tensor([123456789, 2**31 - 1, -(2**31) + 1, 1836311903]),
+        torch.tensor([1000, 2, -7, 1134903170]),
+    )
+    return a.to(dtype), b.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a, b: a // b,
+        lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+        lambda a, b: a % b,
+        lambda a, b: torch.fmod(a, b),
+        lambda a, b: (a // -7, a % 1000),
+    ],
+    ids=["floordiv", "trunc", "remainder", "fmod", "by_constants"],
+)
+def test_integer_division_is_exact_beyond_2_24(fn, dtype):
+    # The plugin divides integers in f32 (123456789 % 1000 gave 792); only the quotient alone
+    # as an output, with nothing else of the chain read, exposed its f32 Select too.
+    a, b = _int32_range_operands(dtype)
+    out, report = run_fxvino(fn, a, b, fullgraph=True)
+    torch.testing.assert_close(out, fn(a, b), rtol=0, atol=0)
+    assert_all_on_openvino(report)
+
+
 def test_symbolic_floordiv_with_negative_offsets():
     def fn(x):
         n = x.shape[0]

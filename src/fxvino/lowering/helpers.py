@@ -262,13 +262,61 @@ def transpose(x: ov.Output, order: Sequence[int]) -> ov.Output:
     return ops.transpose(x, const(list(order), torch.int64)).output(0)
 
 
-def floor_div(a: ov.Output, b: ov.Output) -> ov.Output:
-    """Integer floor division, exact under either Divide semantics.
+def _quotient_estimate(a: ov.Output, b: ov.Output) -> ov.Output:
+    """``floor(a / b)`` through f32, off by a few units once ``|a|`` passes 2**24."""
+    f32 = ops.divide(ops.convert(a, "f32"), ops.convert(b, "f32"))
+    return ops.convert(ops.floor(f32), a.get_element_type()).output(0)
 
-    The CPU plugin's integer Divide truncates at run time while constant folding floors;
-    ``a - floor_mod(a, b)`` is a multiple of ``b``, so dividing it is exact either way.
+
+def divmod_floor(a: ov.Output, b: ov.Output) -> tuple[ov.Output, ov.Output]:
+    """Python's ``divmod`` of integers, exact in the int32 range.
+
+    The CPU plugin computes integer Divide, FloorMod and Mod in f32, so they are exact only
+    below 2**24 (``123456789 % 1000`` gave 792). Here a first f32 estimate of the quotient
+    leaves an exact remainder ``a - q * b`` (integer Multiply and Subtract are exact, wrapping
+    included) small enough that a second estimate is off by at most one, which the remainder's
+    sign and size then correct. The corrections add 0 or 1 rather than Select, and compare only
+    with 0: the plugin may run a Select or a comparison of i32 values in f32 too. Dividing by
+    zero is undefined (PyTorch raises).
     """
-    return ops.divide(ops.subtract(a, ops.floor_mod(a, b)), b).output(0)
+    a = a if is_output(a) else a.output(0)  # a Node from ops.* straight
+    b = cast_like(b, a)
+    q = _quotient_estimate(a, b)
+    r = ops.subtract(a, ops.multiply(q, b)).output(0)
+    q2 = _quotient_estimate(r, b)
+    q = ops.add(q, q2).output(0)
+    r = ops.subtract(r, ops.multiply(q2, b)).output(0)
+    zero = const(0, dtype_of(a))
+    below = cast_like(
+        ops.logical_and(ops.not_equal(r, zero), ops.not_equal(ops.less(r, zero), ops.less(b, zero))).output(0), a
+    )
+    q = ops.subtract(q, below).output(0)
+    r = ops.add(r, ops.multiply(below, b)).output(0)
+    above = cast_like(ops.greater_equal(ops.subtract(ops.abs(r), ops.abs(b)), zero).output(0), a)
+    q = ops.add(q, above).output(0)
+    r = ops.subtract(r, ops.multiply(above, b)).output(0)
+    return q, r
+
+
+def divmod_trunc(a: ov.Output, b: ov.Output) -> tuple[ov.Output, ov.Output]:
+    """C's integer quotient and remainder (rounded toward zero), exact in the int32 range."""
+    q, r = divmod_floor(a, b)
+    a = a if is_output(a) else a.output(0)
+    b = cast_like(b, a)
+    zero = const(0, dtype_of(a))
+    inexact = ops.logical_and(ops.not_equal(r, zero), ops.not_equal(ops.less(a, zero), ops.less(b, zero)))
+    inexact = cast_like(inexact.output(0), a)
+    return ops.add(q, inexact).output(0), ops.subtract(r, ops.multiply(inexact, b)).output(0)
+
+
+def floor_div(a: ov.Output, b: ov.Output) -> ov.Output:
+    """Integer floor division (:func:`divmod_floor`)."""
+    return divmod_floor(a, b)[0]
+
+
+def floor_mod(a: ov.Output, b: ov.Output) -> ov.Output:
+    """Integer remainder with the divisor's sign (:func:`divmod_floor`)."""
+    return divmod_floor(a, b)[1]
 
 
 def trunc(x: ov.Output) -> ov.Output:
@@ -277,8 +325,13 @@ def trunc(x: ov.Output) -> ov.Output:
 
 
 def trunc_div(a: ov.Output, b: ov.Output) -> ov.Output:
-    """Integer division rounding toward zero (C semantics), exact under either Divide semantics."""
-    return ops.divide(ops.subtract(a, ops.mod(a, b)), b).output(0)
+    """Integer division rounding toward zero (C semantics, :func:`divmod_trunc`)."""
+    return divmod_trunc(a, b)[0]
+
+
+def trunc_mod(a: ov.Output, b: ov.Output) -> ov.Output:
+    """Integer remainder with the dividend's sign (C's ``%``, :func:`divmod_trunc`)."""
+    return divmod_trunc(a, b)[1]
 
 
 def wrap_negative(index: Value, size: Value) -> Value:

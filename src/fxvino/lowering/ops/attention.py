@@ -234,7 +234,7 @@ def _folded_mask(q, k, mask, causal: bool, groups):
             folded = h.arange(groups * h.static_shape(q)[2])
         else:
             folded = h.arange(ops.multiply(h.i64(length), h.i64(groups)).output(0))
-        rows = ops.floor_mod(folded, h.i64(length)).output(0)
+        rows = h.floor_mod(folded, h.i64(length))
         return ops.less_equal(h.unsqueeze(h.arange(keys), 0), h.unsqueeze(rows, 1)).output(0)
     if mask is None:
         return None

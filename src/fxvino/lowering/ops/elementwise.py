@@ -232,7 +232,7 @@ def remainder(ctx, node, a, b):
     a, b = h.to_out(node, a, b)
     if h.out_dtype(node).is_floating_point:
         return float_mod.remainder(a, b)
-    return ops.floor_mod(a, b).output(0)
+    return h.floor_mod(a, b)
 
 
 @lowers(aten.fmod.Tensor, aten.fmod.Scalar)
@@ -240,7 +240,7 @@ def fmod(ctx, node, a, b):
     a, b = h.to_out(node, a, b)
     if h.out_dtype(node).is_floating_point:
         return float_mod.fmod(a, b)
-    return ops.mod(a, b).output(0)
+    return h.trunc_mod(a, b)
 
 
 @lowers(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)

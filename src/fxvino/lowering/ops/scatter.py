@@ -554,7 +554,7 @@ def _sym_value(ctx, v: object) -> h.Value:
         if isinstance(e, FloorDiv):
             return h.floor_div(*args)
         if isinstance(e, (PythonMod, Mod)):
-            return ops.floor_mod(*args).output(0)
+            return h.floor_mod(*args)
         raise NotImplementedError(f"storage offset {e} has an operation the lowering does not compute")
 
     return lower(v.node.expr)

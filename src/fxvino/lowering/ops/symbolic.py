@@ -98,7 +98,7 @@ def sym_floordiv(ctx, node, a, b):
 
 @lowers(operator.mod, validator=_symnum)
 def sym_mod(ctx, node, a, b):
-    return ops.floor_mod(*_nums(node, a, b)).output(0)
+    return h.floor_mod(*_nums(node, a, b))
 
 
 @lowers(operator.neg, validator=_symnum)
