@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -33,9 +33,11 @@ def cpu_computes_bf16() -> bool:
     return "BF16" in core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
 
 
-def assert_all_on_openvino(report: fxvino.Report, partitions: int | None = 1) -> None:
-    """Nothing fell back, everything compiled ran in OpenVINO partitions."""
+def assert_all_on_openvino(report: fxvino.Report, partitions: int | None = 1, ops: Sequence[str] = ()) -> None:
+    """Nothing fell back, everything compiled ran in OpenVINO partitions (``ops`` among them)."""
     assert report.graphs, "fxvino compiled no graph"
+    for op in ops:
+        assert report.ov_ops[op] > 0, f"{op} did not run on OpenVINO: {dict(report.ov_ops)}"
     assert not report.fallbacks, f"unexpected fallbacks:\n{report}"
     assert not report.torch_ops, f"ops left in PyTorch: {dict(report.torch_ops)}"
     assert sum(report.ov_ops.values()) > 0, f"nothing ran on OpenVINO:\n{report}"

@@ -153,3 +153,25 @@ def ov_compile(ir):
     from fxvino.devices import core
 
     return core().compile_model(ir, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+
+
+# The functional copy variants of views: the same values, lowered by the view's own lowering.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool])
+@pytest.mark.parametrize(
+    "op, fn",
+    [
+        ("aten.view_copy.default", lambda x: torch.view_copy(x, (4, 6))),
+        ("aten.permute_copy.default", lambda x: torch.permute_copy(x, (2, 0, 1))),
+        ("aten.narrow_copy.default", lambda x: torch.narrow_copy(x, 2, 1, 2)),
+        ("aten.narrow_copy.default", lambda x: torch.narrow_copy(x, -1, -3, 3)),  # negative dim and start
+        ("aten.unbind_copy.int", lambda x: tuple(torch.unbind_copy(x, 1))),
+    ],
+)
+def test_view_copies(op, fn, dtype):
+    x = torch.arange(24).reshape(2, 3, 4)
+    x = (x % 2 == 0) if dtype == torch.bool else x.to(dtype) - 7
+    expected = fn(x)
+    out, report = run_fxvino(fn, x, fullgraph=True)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    assert_all_on_openvino(report)
+    assert report.ov_ops[op] > 0, str(report)

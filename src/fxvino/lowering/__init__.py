@@ -19,6 +19,7 @@ FAMILIES = (
     "creation",
     "symbolic",
     "sorting",
+    "scans",
     "scatter",
     "padding",
     "resample",

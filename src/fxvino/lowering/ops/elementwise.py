@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import openvino as ov
 import openvino.opset16 as ops
 import torch
 
@@ -418,3 +419,381 @@ def to_copy(
 def lerp(ctx, node, a, b, weight):
     a, b, w = h.to_out(node, a, b, weight)
     return ops.add(a, ops.multiply(w, ops.subtract(b, a))).output(0)
+
+
+@lowers(aten.remainder.Scalar_Tensor)
+def remainder_scalar_tensor(ctx, node, a, b):
+    return remainder(ctx, node, a, b)
+
+
+@lowers(aten.signbit.default)
+def signbit(ctx, node, x):
+    """A NaN counts as positive: without a bitcast OpenVINO cannot read a NaN's sign bit (torch
+    reads it: ``signbit(0 * inf)`` is True on x86, whose default NaN is negative)."""
+    dtype = h.dtype_of(x)
+    if dtype.is_floating_point:
+        return _sign_bit(x)
+    if not dtype.is_signed:
+        return ops.broadcast(h.const(False, torch.bool), h.shape_of(x)).output(0)
+    return ops.less(x, h.const(0, dtype)).output(0)
+
+
+@lowers(aten.copysign.Tensor, aten.copysign.Scalar)
+def copysign(ctx, node, a, b):
+    """torch's ``where(signbit(b), -abs(a), abs(a))``; a NaN ``b`` counts as positive (see
+    :func:`signbit`)."""
+    dtype = h.out_dtype(node)
+    a, b = h.cast(a, dtype), h.cast(b, dtype)
+    size = ops.abs(a).output(0)
+    return ops.select(_sign_bit(b), ops.negative(size), size).output(0)
+
+
+def _nan_ignoring(result, a, b):
+    """C's fmax/fmin: a NaN side gives the other side (NaN only if both are)."""
+    if not a.get_element_type().is_real():
+        return result
+    result = ops.select(ops.is_nan(b), a, result)
+    return ops.select(ops.is_nan(a), b, result).output(0)
+
+
+@lowers(aten.fmax.default)
+def fmax(ctx, node, a, b):
+    a, b = h.to_out(node, a, b)
+    if h.out_dtype(node) == torch.bool:
+        return ops.logical_or(a, b).output(0)
+    return _nan_ignoring(ops.maximum(a, b).output(0), a, b)
+
+
+@lowers(aten.fmin.default)
+def fmin(ctx, node, a, b):
+    a, b = h.to_out(node, a, b)
+    if h.out_dtype(node) == torch.bool:
+        return ops.logical_and(a, b).output(0)
+    return _nan_ignoring(ops.minimum(a, b).output(0), a, b)
+
+
+@lowers(aten.hypot.default, validator=_float_input)
+def hypot(ctx, node, a, b):
+    """``big * sqrt(1 + (small / big)**2)`` in f32 (16-bit types rounded once, as torch's
+    opmath): ``sqrt(a*a + b*b)`` overflows from 1.8e19. C's hypot is inf if a side is infinite,
+    NaN or not."""
+    dtype = h.out_dtype(node)
+    f32 = torch.float32
+    a, b = (ops.abs(h.cast(h.cast(v, dtype), f32)).output(0) for v in (a, b))
+    big = ops.maximum(a, b).output(0)
+    small = ops.minimum(a, b).output(0)
+    zero = h.const(0.0, f32)
+    ratio = ops.divide(small, ops.select(ops.equal(big, zero), h.const(1.0, f32), big))
+    result = ops.multiply(big, ops.sqrt(ops.add(h.const(1.0, f32), ops.multiply(ratio, ratio)))).output(0)
+    nan = ops.logical_or(ops.is_nan(a), ops.is_nan(b))
+    result = ops.select(nan, ops.add(a, b), result)
+    result = ops.select(ops.logical_or(ops.is_inf(a), ops.is_inf(b)), h.infinity(f32), result).output(0)
+    return h.cast(result, dtype)
+
+
+@lowers(aten.round.decimals, validator=_float_input)
+def round_decimals(ctx, node, x, *, decimals=0):
+    """ATen's kernel, in f32 for 16-bit types: ``nearbyint(x * 10**d) / 10**d``, or
+    ``nearbyint(x / 10**-d) * 10**-d`` for negative ``d``; the divisions correctly rounded
+    (:func:`_divide_rounded`)."""
+    dtype = h.out_dtype(node)
+    f32 = torch.float32
+    x = h.cast(h.cast(x, dtype), f32)
+    if decimals == 0:
+        return h.cast(ops.round(x, "half_to_even").output(0), dtype)
+    scale = h.const(float(10 ** abs(decimals)), f32)
+    if decimals > 0:
+        result = _divide_rounded(ops.round(ops.multiply(x, scale), "half_to_even").output(0), scale)
+    else:
+        result = ops.multiply(ops.round(_divide_rounded(x, scale), "half_to_even"), scale).output(0)
+    return h.cast(result, dtype)
+
+
+def _divide_rounded(a: ov.Output, b: ov.Output) -> ov.Output:
+    """``a / b`` rounded as IEEE's f32 division: the CPU plugin's Divide is not (178 / 10 gave
+    17.800001, torch 17.799999). The plugin's quotient is corrected by its exact remainder
+    (Dekker's product, :mod:`float_mod`), divided again. A huge ``a`` is scaled by 2**-40 first
+    (exactly), so the splits of the quotient do not overflow."""
+    f32 = torch.float32
+    big = ops.less(h.const(2.0**100, f32), ops.abs(a))
+    a = ops.select(big, ops.multiply(a, h.const(2.0**-40, f32)), a).output(0)
+    q = ops.divide(a, b).output(0)
+    p = ops.multiply(q, b).output(0)
+    r = ops.subtract(ops.subtract(a, p), float_mod._product_error(q, b, p))
+    corrected = ops.add(q, ops.divide(r, b)).output(0)
+    q = ops.select(ops.is_finite(corrected), corrected, q)  # infinities and NaN
+    return ops.multiply(q, ops.select(big, h.const(2.0**40, f32), h.const(1.0, f32))).output(0)
+
+
+# The largest |k| of one factor 2**k in :func:`_scale`: every such power is a normal f32.
+_POW2_RANGE = 120
+
+
+def _pow2(k: ov.Output) -> ov.Output:
+    """``2**k`` as f32 for an i32 ``k`` in ``[-127, 127]``, exactly: a product of ``2**(+-2**j)``
+    for the bits of ``|k|``. A Power op need not be exact, and a Gather from a table of powers
+    crashed the CPU plugin (SIGFPE in compile_model) for an empty index tensor."""
+    f32, i32 = torch.float32, torch.int32
+    negative = ops.less(k, h.const(0, i32))
+    size = ops.abs(k).output(0)
+    result = None
+    for j in range(7):
+        bit = ops.equal(ops.bitwise_and(size, h.const(1 << j, i32)), h.const(0, i32))
+        factor = ops.select(negative, h.const(2.0 ** -(1 << j), f32), h.const(2.0 ** (1 << j), f32))
+        factor = ops.select(bit, h.const(1.0, f32), factor).output(0)
+        result = factor if result is None else ops.multiply(result, factor).output(0)
+    return result
+
+
+def _scale(x: ov.Output, e: ov.Output) -> ov.Output:
+    """``x * 2**e`` exactly (f32 ``x``, i32 ``e``): three factors of one sign, so an intermediate
+    leaves the normal range only if the result does."""
+    e = ops.clamp(e, -3 * _POW2_RANGE, 3 * _POW2_RANGE).output(0)
+    three = h.const(3, torch.int32)
+    e1 = h.floor_div(e, three)
+    e2 = h.floor_div(ops.subtract(e, e1).output(0), h.const(2, torch.int32))
+    e3 = ops.subtract(ops.subtract(e, e1), e2).output(0)
+    for part in (e1, e2, e3):
+        x = ops.multiply(x, _pow2(part)).output(0)
+    return x
+
+
+@lowers(aten.ldexp.Tensor)
+def ldexp(ctx, node, x, e):
+    """``x * 2**e`` exactly, as eager's for floats and integer ``e`` (0 times a huge power is 0,
+    not NaN). Otherwise eager multiplies by ``pow(2.0, e)`` (in f32 for an integer ``x``), which
+    is 0 below ``2**-149`` and inf from ``2**128`` (so 0 there is NaN)."""
+    dtype = h.out_dtype(node)
+    f32, i32 = torch.float32, torch.int32
+    integer_x = not h.dtype_of(x).is_floating_point
+    x = h.cast(h.cast(x, dtype), f32)
+    if not h.dtype_of(e).is_floating_point:
+        e = h.cast(ops.clamp(h.cast(e, torch.int64), -1000, 1000).output(0), i32)
+        result = _scale(x, e)
+        return h.cast(_ldexp_by_power(x, h.cast(e, f32), result) if integer_x else result, dtype)
+    e = h.cast(e, f32)
+    whole = ops.logical_and(ops.equal(e, ops.floor(e)), ops.less_equal(ops.abs(e), h.const(126.0, f32)))
+    exact = _pow2(h.cast(ops.select(whole, e, h.const(0.0, f32)).output(0), i32))
+    power = ops.select(whole, exact, ops.power(h.const(2.0, f32), e)).output(0)
+    if dtype != f32:
+        power = h.cast(h.cast(power, dtype), f32)  # eager's power is of the 16-bit type
+    return h.cast(_ldexp_by_power(x, e, ops.multiply(x, power).output(0)), dtype)
+
+
+def _ldexp_by_power(x: ov.Output, e: ov.Output, result: ov.Output) -> ov.Output:
+    """``result`` where eager's ``pow(2.0, e)`` in f32 overflows (x times inf) or underflows (0)."""
+    f32 = torch.float32
+    overflow = ops.less_equal(h.const(128.0, f32), e)
+    result = ops.select(overflow, ops.multiply(x, h.infinity(f32)), result)
+    underflow = ops.less(e, h.const(-149.0, f32))
+    return ops.select(underflow, ops.multiply(x, h.const(0.0, f32)), result).output(0)
+
+
+@lowers(aten.frexp.Tensor, validator=_float_input)
+def frexp(ctx, node, x):
+    """Zeros, infinities and NaN give ``(x, 0)``, as torch's."""
+    x = h.cast(x, torch.float32)
+    m, e, regular = _frexp32(x)
+    m = ops.select(ops.less(x, h.const(0.0, torch.float32)), ops.negative(m), m)
+    mantissa = ops.select(regular, m, x).output(0)
+    exponent = ops.select(regular, e, h.const(0, torch.int32)).output(0)
+    return [h.cast(mantissa, h.out_dtype(node, 0)), exponent]
+
+
+def _frexp32(x: ov.Output) -> tuple[ov.Output, ov.Output, ov.Output]:
+    """``|x| = m * 2**e`` with ``0.5 <= m < 1`` (f32 ``m``, i32 ``e``) where ``regular`` (finite,
+    nonzero): ``e`` estimated from the logarithm, corrected by one from the scaled ``m``."""
+    f32, i32 = torch.float32, torch.int32
+    size = ops.abs(x).output(0)
+    regular = ops.logical_and(ops.is_finite(x), ops.not_equal(size, h.const(0.0, f32))).output(0)
+    safe = ops.select(regular, size, h.const(1.0, f32)).output(0)
+    log2 = ops.divide(ops.log(safe), h.const(math.log(2.0), f32))
+    e = h.cast(ops.add(ops.floor(log2), h.const(1.0, f32)).output(0), i32)
+    m = _scale(safe, ops.negative(e).output(0))
+    high = ops.less_equal(h.const(1.0, f32), m)
+    e = ops.select(high, ops.add(e, h.const(1, i32)), e).output(0)
+    m = ops.select(high, ops.multiply(m, h.const(0.5, f32)), m).output(0)
+    low = ops.less(m, h.const(0.5, f32))
+    e = ops.select(low, ops.subtract(e, h.const(1, i32)), e).output(0)
+    m = ops.select(low, ops.multiply(m, h.const(2.0, f32)), m).output(0)
+    return m, e, regular
+
+
+# Significand bits and frexp's exponent of the smallest normal number, per float type.
+_FLOAT_LAYOUT = {torch.float32: (24, -125), torch.float16: (11, -13), torch.bfloat16: (8, -125)}
+
+
+@lowers(aten.nextafter.default, validator=_float_input)
+def nextafter(ctx, node, x, y):
+    """The neighbour of ``x`` toward ``y`` by arithmetic (OpenVINO has no bitcast): ``x`` plus or
+    minus its ulp, ``2**(e - p)`` from frexp's ``e`` (at least the smallest normal's), half that
+    when moving toward zero from a power of two. Exact for normal results; the plugin flushes
+    f32 subnormals, so steps below 2**-126 give 0 (f16 subnormals are normal in f32)."""
+    dtype = h.out_dtype(node)
+    f32, i32 = torch.float32, torch.int32
+    bits, min_e = _FLOAT_LAYOUT[dtype]
+    x, y = (h.cast(h.cast(v, dtype), f32) for v in (x, y))
+    zero = h.const(0.0, f32)
+    m, e, _ = _frexp32(x)
+    e = ops.maximum(e, h.const(min_e, i32)).output(0)
+    up = ops.less(x, y).output(0)
+    toward_zero = ops.not_equal(up, ops.less(zero, x))  # x > 0 moving down, x < 0 moving up
+    half = ops.logical_and(
+        toward_zero, ops.logical_and(ops.equal(m, h.const(0.5, f32)), ops.less(h.const(min_e, i32), e))
+    )
+    e = ops.select(half, ops.subtract(e, h.const(1, i32)), e).output(0)
+    ulp = _scale(h.const(1.0, f32), ops.subtract(e, h.const(bits, i32)).output(0))
+    result = ops.select(up, ops.add(x, ulp), ops.subtract(x, ulp)).output(0)
+    # From zero: the smallest subnormal with y's sign; from an infinity: the largest finite.
+    tiny = ops.multiply(_scale(h.const(1.0, f32), h.const(min_e - bits, i32)), ops.sign(y))
+    result = ops.select(ops.equal(x, zero), tiny, result)
+    largest = ops.multiply(h.const(torch.finfo(dtype).max, f32), ops.sign(x))
+    result = ops.select(ops.is_inf(x), largest, result)
+    result = ops.select(ops.equal(x, y), y, result)
+    nan = ops.logical_or(ops.is_nan(x), ops.is_nan(y))
+    return h.cast(ops.select(nan, ops.add(x, y), result).output(0), dtype)
+
+
+def _integer_result(node: torch.fx.Node) -> str | None:
+    dtype = h.out_dtype(node)
+    return None if not dtype.is_floating_point and dtype != torch.bool else "needs an integer result"
+
+
+def _shift_count(b: ov.Output, bits: int) -> tuple[ov.Output, ov.Output]:
+    """Whether a count is outside ``[0, bits)``, and the count clamped into it."""
+    outside = ops.logical_or(ops.less(b, h.const(0, h.dtype_of(b))), ops.less_equal(h.const(bits, h.dtype_of(b)), b))
+    return outside.output(0), ops.clamp(b, 0, bits - 1).output(0)
+
+
+def _shift(builder, a: ov.Output, count: ov.Output, bits: int) -> ov.Output:
+    """``builder(a, count)``; 64-bit counts in two halves of at most 32: the CPU plugin computes
+    i64 as i32, whose shift takes the count modulo 32 (``5 >> 32`` gave 5)."""
+    if bits < 64:
+        return builder(a, count).output(0)
+    half = ops.divide(count, h.const(2, h.dtype_of(count))).output(0)
+    return builder(builder(a, half), ops.subtract(count, half)).output(0)
+
+
+@lowers(
+    aten.bitwise_left_shift.Tensor,
+    aten.bitwise_left_shift.Tensor_Scalar,
+    aten.bitwise_left_shift.Scalar_Tensor,
+    aten.__lshift__.Scalar,
+    aten.__lshift__.Tensor,
+    validator=_integer_result,
+)
+def bitwise_left_shift(ctx, node, a, b):
+    """torch's: 0 for a count outside ``[0, bits)``, else the bits shifted out wrap."""
+    dtype = h.out_dtype(node)
+    a, b = h.to_wrapping(node, a, b)
+    bits = torch.iinfo(dtype).bits
+    outside, count = _shift_count(b, bits)
+    shifted = _shift(ops.bitwise_left_shift, a, count, bits)
+    return h.cast(ops.select(outside, h.const(0, h.dtype_of(a)), shifted).output(0), dtype)
+
+
+@lowers(
+    aten.bitwise_right_shift.Tensor,
+    aten.bitwise_right_shift.Tensor_Scalar,
+    aten.bitwise_right_shift.Scalar_Tensor,
+    aten.__rshift__.Scalar,
+    aten.__rshift__.Tensor,
+    validator=_integer_result,
+)
+def bitwise_right_shift(ctx, node, a, b):
+    """Arithmetic for signed types; a count outside ``[0, bits)`` gives 0 (unsigned) or shifts
+    by ``bits - 1`` (0 or -1), as torch's."""
+    dtype = h.out_dtype(node)
+    a, b = h.to_wrapping(node, a, b)
+    bits = torch.iinfo(dtype).bits
+    outside, count = _shift_count(b, bits)
+    if dtype.is_signed:
+        count = ops.select(outside, h.const(bits - 1, h.dtype_of(count)), count).output(0)
+    shifted = _shift(ops.bitwise_right_shift, a, count, bits)
+    if not dtype.is_signed:
+        shifted = ops.select(outside, h.const(0, h.dtype_of(a)), shifted).output(0)
+    return h.cast(shifted, dtype)
+
+
+def _blend(mask: ov.Output, x: ov.Output, y: ov.Output) -> ov.Output:
+    """``x`` where ``mask`` is -1, ``y`` where it is 0 (integers, bitwise: see
+    :func:`_exact_quotient`)."""
+    return ops.bitwise_or(ops.bitwise_and(x, mask), ops.bitwise_and(y, ops.bitwise_not(mask))).output(0)
+
+
+def _gcd(a: ov.Output, b: ov.Output, bits: int) -> ov.Output:
+    """Stein's binary gcd of ``|a|`` and ``|b|``, unrolled: each step halves an even side, or
+    replaces the larger of two odd sides by half their difference, so the two bit lengths
+    shrink by one a step and ``2 * bits`` steps reach a zero. No division: the CPU plugin
+    computes a fused integer chain holding a Divide or Mod in f32 (``1836311903 %
+    1134903170`` gave 701408768, not 701408733), so Euclid's algorithm was inexact beyond
+    2**24 however its quotients were corrected. Choices are masks, as in
+    :func:`_exact_quotient`. ``bits``: the node's type's (8-bit types compute in i32)."""
+    dtype = h.dtype_of(a)
+    width = torch.iinfo(dtype).bits
+    one, sign = h.const(1, dtype), h.const(width - 1, dtype)
+    a, b = ops.abs(a).output(0), ops.abs(b).output(0)
+    k = ops.multiply(a, h.const(0, dtype)).output(0)  # the common power of two, shifted out
+
+    def nonzero(x):  # -1 where x > 0, else 0
+        return _shift(ops.bitwise_right_shift, ops.negative(x).output(0), sign, width)
+
+    for _ in range(2 * bits):
+        active = ops.bitwise_and(nonzero(a), nonzero(b))
+        a_odd, b_odd = ops.bitwise_and(a, one), ops.bitwise_and(b, one)
+        a_even = ops.bitwise_and(active, ops.subtract(a_odd, one))
+        b_even = ops.bitwise_and(active, ops.subtract(b_odd, one))
+        both_odd = ops.bitwise_and(active, ops.negative(ops.bitwise_and(a_odd, b_odd))).output(0)
+        k = ops.add(k, ops.bitwise_and(ops.bitwise_and(a_even, b_even), one)).output(0)
+        half_diff = ops.bitwise_right_shift(ops.abs(ops.subtract(a, b)), one).output(0)
+        smaller = ops.minimum(a, b).output(0)
+        a_next = _blend(a_even.output(0), ops.bitwise_right_shift(a, one).output(0), a)
+        b_next = _blend(b_even.output(0), ops.bitwise_right_shift(b, one).output(0), b)
+        a, b = _blend(both_odd, half_diff, a_next), _blend(both_odd, smaller, b_next)
+    return _shift(ops.bitwise_left_shift, ops.add(a, b).output(0), k, width)
+
+
+def _value_bits(node) -> int:
+    """The bits an integer result's values can hold on the CPU plugin, which computes int64 as
+    int32 (guarantees.md): 64 unrolled gcd steps instead of 128, half the compile time."""
+    return min(torch.iinfo(h.out_dtype(node)).bits, 32)
+
+
+@lowers(aten.gcd.default, validator=_integer_result)
+def gcd(ctx, node, a, b):
+    a, b = h.to_wrapping(node, a, b)
+    return h.cast(_gcd(a, b, _value_bits(node)), h.out_dtype(node))
+
+
+def _exact_quotient(n: ov.Output, d: ov.Output, bits: int) -> ov.Output:
+    """``n / d`` for ``n >= 0``, ``d > 0``, by restoring binary division in bitwise arithmetic
+    only. No Divide (see :func:`_gcd`), and no Select or comparison: the plugin ran a Select of
+    i32 values on a computed condition in f32 too (``2**31 - 1`` came back as ``-2**31``), so
+    each step's choice is a mask, ``-1`` or ``0``, from the sign of ``2r + bit - d`` (formed as
+    ``r - (d - r - bit)``: nothing overflows for ``d`` near the type's maximum). ``n`` has at
+    most ``bits`` bits (the node's type, narrower than ``n``'s for 8-bit types)."""
+    dtype = h.dtype_of(n)
+    width = torch.iinfo(dtype).bits
+    bits = min(bits, width - 1)
+    one = h.const(1, dtype)
+    q = r = ops.multiply(n, h.const(0, dtype)).output(0)
+    for i in range(bits - 1, -1, -1):
+        bit = ops.bitwise_and(_shift(ops.bitwise_right_shift, n, h.const(i, dtype), width), one)
+        diff = ops.subtract(r, ops.subtract(ops.subtract(d, r), bit)).output(0)
+        short = _shift(ops.bitwise_right_shift, diff, h.const(width - 1, dtype), width)  # -1: d does not fit
+        fits = ops.bitwise_not(short)
+        r = ops.bitwise_or(ops.bitwise_and(diff, fits), ops.bitwise_and(ops.add(ops.add(r, r), bit), short)).output(0)
+        q = ops.bitwise_or(q, ops.bitwise_and(h.const(1 << i, dtype), fits)).output(0)
+    return q
+
+
+@lowers(aten.lcm.default, validator=_integer_result)
+def lcm(ctx, node, a, b):
+    """torch's ``abs(a / gcd * b)``, the quotient exact (no Divide). A zero gcd means both are
+    0: dividing by 1 instead gives torch's 0."""
+    a, b = h.to_wrapping(node, a, b)
+    dtype = h.dtype_of(a)
+    bits = _value_bits(node)
+    divisor = ops.maximum(_gcd(a, b, bits), h.const(1, dtype)).output(0)
+    q = _exact_quotient(ops.abs(a).output(0), divisor, bits)
+    return h.cast(ops.abs(ops.multiply(q, ops.abs(b))).output(0), h.out_dtype(node))

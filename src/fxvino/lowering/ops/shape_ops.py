@@ -264,3 +264,29 @@ def unfold(ctx, node, x, dimension, size, step):
     windows = ops.gather(x, index, h.const(d, torch.int64)).output(0)  # [..., n, size, ...]
     order = [*range(d + 1), *range(d + 2, r + 1), d + 1]
     return h.transpose(windows, order)
+
+
+@lowers(aten.view_copy.default)
+def view_copy(ctx, node, x, size):
+    return view(ctx, node, x, size)
+
+
+@lowers(aten.permute_copy.default)
+def permute_copy(ctx, node, x, dims):
+    return permute(ctx, node, x, dims)
+
+
+@lowers(aten.narrow_copy.default)
+def narrow_copy(ctx, node, x, dim, start, length):
+    d = h.norm_dim(dim, h.rank(x))
+    size = h.static_shape(x)[d]
+    start = h.wrap_negative(start, size if size is not None else h.dim(x, d))
+    if isinstance(start, int) and isinstance(length, int):
+        return slice_(ctx, node, x, d, start, start + length)
+    end = ops.add(h.i64(start), h.i64(length)).output(0)
+    return slice_(ctx, node, x, d, start, end)
+
+
+@lowers(aten.unbind_copy.int)
+def unbind_copy(ctx, node, x, dim=0):
+    return unbind(ctx, node, x, dim)

@@ -25,7 +25,7 @@ from fxvino.lowering.registry import lowers
 
 aten = torch.ops.aten
 
-_LOW_PRECISION = (torch.float16, torch.bfloat16)
+LOW_PRECISION = (torch.float16, torch.bfloat16)
 # Largest sort length whose tie-break key run * n + index, below (n + 1) * n, fits int32.
 _STABLE_LIMIT = 46340
 
@@ -41,16 +41,16 @@ def _scalar_k(k) -> ov.Output:
     return h.reshape(k, []) if h.rank(k) != 0 else k
 
 
-def _positions(k, axis: int, r: int) -> ov.Output:
+def positions(k, axis: int, r: int) -> ov.Output:
     """0, 1, ..., k-1 (i64) laid along ``axis`` of a rank-``r`` tensor (size 1 elsewhere)."""
     j = ops.range(h.const(0, torch.int64), _scalar_k(k), h.const(1, torch.int64), "i64").output(0)
     return h.reshape(j, [-1 if d == axis else 1 for d in range(r)])
 
 
-def _key(x: ov.Output) -> ov.Output:
+def exact_key(x: ov.Output) -> ov.Output:
     """``x`` in a type TopK/ReduceMax handle exactly: half types widen, bool becomes int32."""
     dtype = h.dtype_of(x)
-    if dtype in _LOW_PRECISION:
+    if dtype in LOW_PRECISION:
         return h.cast(x, torch.float32)
     if dtype == torch.bool:
         return h.cast(x, torch.int32)
@@ -60,10 +60,10 @@ def _key(x: ov.Output) -> ov.Output:
 # ----------------------------------------------------------------------------- argmax / max
 
 
-def _first_extreme(x: ov.Output, axis: int, largest: bool) -> tuple[ov.Output, ov.Output]:
+def first_extreme(x: ov.Output, axis: int, largest: bool) -> tuple[ov.Output, ov.Output]:
     """(value, first index) of the max (min) along ``axis``, keeping the axis; NaN wins."""
     dtype = h.dtype_of(x)
-    key = _key(x)
+    key = exact_key(x)
     axes = h.const([axis], torch.int64)
     if dtype.is_floating_point:
         nan = ops.is_nan(key).output(0)
@@ -76,7 +76,7 @@ def _first_extreme(x: ov.Output, axis: int, largest: bool) -> tuple[ov.Output, o
         value = (ops.reduce_max if largest else ops.reduce_min)(key, axes, True).output(0)
         hit = ops.equal(key, value).output(0)
     n = h.dim(x, axis)
-    idx = ops.reduce_min(ops.select(hit, _positions(n, axis, h.rank(x)), n), axes, True).output(0)
+    idx = ops.reduce_min(ops.select(hit, positions(n, axis, h.rank(x)), n), axes, True).output(0)
     return h.cast(value, dtype), idx
 
 
@@ -86,10 +86,10 @@ def _arg_reduce(node, x, dim, keepdim, largest: bool) -> ov.Output:
     if r == 0:
         return h.reshape(h.const(0, torch.int64), [1] * out_rank)
     if dim is None:
-        _, idx = _first_extreme(h.reshape(x, [-1]), 0, largest)
+        _, idx = first_extreme(h.reshape(x, [-1]), 0, largest)
         return h.reshape(idx, [1] * out_rank)
     axis = h.norm_dim(dim, r)
-    _, idx = _first_extreme(x, axis, largest)
+    _, idx = first_extreme(x, axis, largest)
     return idx if keepdim else h.squeeze(idx, axis)
 
 
@@ -108,7 +108,7 @@ def _reduce_dim(x, dim, keepdim, largest: bool) -> list[ov.Output]:
     if r == 0:
         return [x, h.const(0, torch.int64)]
     axis = h.norm_dim(dim, r)
-    values, idx = _first_extreme(x, axis, largest)
+    values, idx = first_extreme(x, axis, largest)
     if not keepdim:
         values, idx = h.squeeze(values, axis), h.squeeze(idx, axis)
     return [values, idx]
@@ -164,7 +164,7 @@ def _members(mask: ov.Output, k, axis: int) -> ov.Output:
     return _topk(h.cast(mask, torch.int32), k, axis, "max")[1]
 
 
-def _ranked(x: ov.Output, k, axis: int, largest: bool) -> tuple[ov.Output, ov.Output]:
+def ranked(x: ov.Output, k, axis: int, largest: bool) -> tuple[ov.Output, ov.Output]:
     """torch.topk on a tensor of rank >= 1: ``k`` elements, NaN counting as the largest.
 
     For floats the order is made of three classes, each selected by its own TopK and merged by
@@ -173,7 +173,7 @@ def _ranked(x: ov.Output, k, axis: int, largest: bool) -> tuple[ov.Output, ov.Ou
     """
     dtype = h.dtype_of(x)
     mode = "max" if largest else "min"
-    key = _key(x)
+    key = exact_key(x)
     if not dtype.is_floating_point:
         values, idx = _topk(key, k, axis, mode)
         return (values if key is x else ops.gather_elements(x, idx, axis).output(0)), idx
@@ -193,7 +193,7 @@ def _merge(classes, k, axis: int, r: int) -> ov.Output:
     for mask, _ in classes[:-1]:
         n = _count(mask, axis)
         starts.append(n if starts[-1] is None else ops.add(starts[-1], n).output(0))
-    j = _positions(k, axis, r)
+    j = positions(k, axis, r)
     out = None
     for (_, idx), start, end in reversed(list(zip(classes, starts, [*starts[1:], None], strict=True))):
         if start is not None:
@@ -219,13 +219,13 @@ def topk(ctx, node, x, k, dim=-1, largest=True, sorted=True):
     axis = h.norm_dim(dim, r)
     if isinstance(k, int) and k == 0:
         return _empty_along(x, axis)  # OpenVINO's TopK rejects k == 0
-    return list(_ranked(x, k, axis, largest))
+    return list(ranked(x, k, axis, largest))
 
 
 # ----------------------------------------------------------------------------- sort
 
 
-def _sort(x, dim, descending) -> list[ov.Output]:
+def sorted_along(x, dim, descending) -> list[ov.Output]:
     """Sort along ``dim``, ties in index order (NaN after +inf ascending, before it descending).
 
     Pass 1 sorts by value (NaN as +inf) with the unstable TopK. In that order, ``run`` numbers
@@ -242,7 +242,7 @@ def _sort(x, dim, descending) -> list[ov.Output]:
     if static_n == 0:
         return _empty_along(x, axis)
     n = h.dim(x, axis)
-    key = _key(x)
+    key = exact_key(x)
     floating = h.dtype_of(x).is_floating_point
     if floating:
         nan = ops.is_nan(key).output(0)
@@ -280,7 +280,7 @@ def _sort_length(node) -> int | torch.SymInt:
 def sort(ctx, node, x, dim=-1, descending=False):
     # torch's CPU sort leaves ties in index order up to 16 elements (insertion sort) and in no
     # specified order beyond; the stable order is always one valid answer.
-    return _sort(x, dim, descending)
+    return sorted_along(x, dim, descending)
 
 
 def _stable_sort_ok(node) -> str | None:
@@ -296,7 +296,7 @@ def _stable_sort_ok(node) -> str | None:
 
 @lowers(aten.sort.stable, validator=_stable_sort_ok)
 def sort_stable(ctx, node, x, *, stable=None, dim=-1, descending=False):
-    return _sort(x, dim, descending)
+    return sorted_along(x, dim, descending)
 
 
 # ----------------------------------------------------------------------------- cumsum
@@ -310,7 +310,7 @@ def _cumsum_ok(node) -> str | None:
 def cumsum(ctx, node, x, dim, *, dtype=None):
     out = h.out_dtype(node)
     # torch's CPU kernel accumulates half-precision types in float32.
-    x = h.cast(x, torch.float32 if out in _LOW_PRECISION else out)
+    x = h.cast(x, torch.float32 if out in LOW_PRECISION else out)
     if h.rank(x) == 0:
         return h.cast(x, out)
     axis = h.norm_dim(dim, h.rank(x))
