@@ -253,20 +253,23 @@ def pow_(ctx, node, a, b):
     return ops.power(a, b).output(0)
 
 
-@lowers(aten.maximum.default)
-def maximum(ctx, node, a, b):
+def _extreme(node, a, b, largest: bool, nan_wins: bool) -> ov.Output:
+    """torch.maximum/minimum (a NaN side wins) or fmax/fmin (the number wins)."""
     a, b = h.to_out(node, a, b)
     if h.out_dtype(node) == torch.bool:  # OpenVINO's Maximum rejects booleans
-        return ops.logical_or(a, b).output(0)
-    return _nan_propagating(ops.maximum(a, b).output(0), a, b)
+        return (ops.logical_or if largest else ops.logical_and)(a, b).output(0)
+    result = (ops.maximum if largest else ops.minimum)(a, b).output(0)
+    return (_nan_propagating if nan_wins else _nan_ignoring)(result, a, b)
+
+
+@lowers(aten.maximum.default)
+def maximum(ctx, node, a, b):
+    return _extreme(node, a, b, largest=True, nan_wins=True)
 
 
 @lowers(aten.minimum.default)
 def minimum(ctx, node, a, b):
-    a, b = h.to_out(node, a, b)
-    if h.out_dtype(node) == torch.bool:
-        return ops.logical_and(a, b).output(0)
-    return _nan_propagating(ops.minimum(a, b).output(0), a, b)
+    return _extreme(node, a, b, largest=False, nan_wins=True)
 
 
 def _nan_propagating(result, a, b):
@@ -458,18 +461,12 @@ def _nan_ignoring(result, a, b):
 
 @lowers(aten.fmax.default)
 def fmax(ctx, node, a, b):
-    a, b = h.to_out(node, a, b)
-    if h.out_dtype(node) == torch.bool:
-        return ops.logical_or(a, b).output(0)
-    return _nan_ignoring(ops.maximum(a, b).output(0), a, b)
+    return _extreme(node, a, b, largest=True, nan_wins=False)
 
 
 @lowers(aten.fmin.default)
 def fmin(ctx, node, a, b):
-    a, b = h.to_out(node, a, b)
-    if h.out_dtype(node) == torch.bool:
-        return ops.logical_and(a, b).output(0)
-    return _nan_ignoring(ops.minimum(a, b).output(0), a, b)
+    return _extreme(node, a, b, largest=False, nan_wins=False)
 
 
 @lowers(aten.hypot.default, validator=_float_input)

@@ -62,6 +62,12 @@ def _scan(values: list[ov.Output], combine, fills: list, axis: int, n: int) -> l
     return values
 
 
+def _scan_axis(x: ov.Output, dim: int) -> tuple[int, int]:
+    """The scan's axis and its (static) length."""
+    axis = h.norm_dim(dim, h.rank(x))
+    return axis, h.static_shape(x)[axis]
+
+
 def _scan_dtype(out: torch.dtype) -> torch.dtype:
     # torch's CPU scans accumulate half types in float32; 8-bit products wrap in i32.
     return torch.float32 if out in LOW_PRECISION else h.wrapping_dtype(out)
@@ -79,13 +85,11 @@ def cumprod(ctx, node, x, dim, *, dtype=None):
     x = h.cast(x, _scan_dtype(out))
     if h.rank(x) == 0:
         return h.cast(x, out)
-    axis = h.norm_dim(dim, h.rank(x))
-    n = h.static_shape(x)[axis]
 
     def multiply(earlier, later):
         return [ops.multiply(earlier[0], later[0]).output(0)]
 
-    return h.cast(_scan([x], multiply, [1], axis, n)[0], out)
+    return h.cast(_scan([x], multiply, [1], *_scan_axis(x, dim))[0], out)
 
 
 def _cum_extreme(x: ov.Output, dim: int, largest: bool) -> list[ov.Output]:
@@ -145,8 +149,7 @@ def logcumsumexp(ctx, node, x, dim):
     x = h.cast(x, _scan_dtype(out))
     if h.rank(x) == 0:
         return h.cast(x, out)
-    axis = h.norm_dim(dim, h.rank(x))
-    n = h.static_shape(x)[axis]
+    axis, n = _scan_axis(x, dim)
     dtype = h.dtype_of(x)
     nan = ops.is_nan(x).output(0)
     plain = ops.select(nan, h.infinity(dtype, False), x).output(0)
