@@ -172,10 +172,6 @@ MANUAL_XFAILS: dict[CaseKey, str] = {
 _SEGFAULT = "segfaults the test process in OpenVINO compile_model ({}); remove once fixed and check with -k"
 _CRASHERS: dict[OpKey, str] = {
     ("expand_as", ""): _SEGFAULT.format("0-d tensor expanded to shape ()"),
-    ("nn.functional.pdist", ""): (
-        "SIGFPE (integer division by zero) in OpenVINO compile_model for aten._pdist_forward on a "
-        "(1, 1) input, i.e. zero pairs; remove once fixed and check with -k"
-    ),
 }
 MANUAL_SKIPS: dict[CaseKey, str] = {(*k, dt): why for k, why in _CRASHERS.items() for dt in DTYPES}
 

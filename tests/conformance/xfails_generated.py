@@ -501,7 +501,6 @@ GENERATED_XFAILS: dict[tuple[str, str, str], str] = {
         "",
         "int64",
     ): "[dynamo-error] UserError: Could not extract specialized integer from data-dependent expression u0 (unhinted: u0).  (Size-like symbols: none)",
-    ("nn.functional.pdist", "", "float32"): "[missing-lowering] aten._pdist_forward.default",
     ("nn.functional.rrelu", "", "bfloat16"): "[missing-lowering] aten.rrelu_with_noise_functional.default",
     ("nn.functional.rrelu", "", "float32"): "[missing-lowering] aten.rrelu_with_noise_functional.default",
     (

@@ -183,6 +183,11 @@ def lower_graph(
             entry = entry_for(node)
             if entry is None:
                 raise LoweringError(node, "no OpenVINO lowering")
+            empty = _empty_result(node, packed)
+            if empty is not None:
+                ctx.env[node] = empty
+                counts[op_name(node.target)] += 1
+                continue
             args = _map(node.args, ctx.env)
             kwargs = {k: _map(v, ctx.env) for k, v in node.kwargs.items()}
             try:
@@ -256,6 +261,23 @@ def _four_bit_constant(t: torch.Tensor, made_from: list[PackedValues]) -> ov.Out
         found = _packed[key] = PackedValues(owned)
     made_from.append(found)
     return ops.constant(found.tensor).output(0)
+
+
+def _empty_result(node: torch.fx.Node, packed: list[PackedValues]) -> Any:
+    """Constants for a node whose every tensor result has no elements and a static shape, else
+    None. Such a result is its shape and dtype alone, whatever its inputs; and the CPU plugin
+    dies in ``compile_model`` (SIGFPE) on some ops with nothing to compute, as a Gather with an
+    empty index (``index_select`` or an embedding of no ids) or ``_pdist_forward`` of one row."""
+    val = node.meta.get("val")
+    values = val if isinstance(val, (tuple, list)) else [val]
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    if not tensors or any(v is not None and not isinstance(v, torch.Tensor) for v in values):
+        return None
+    for t in tensors:
+        if t.is_complex() or any(not isinstance(d, int) for d in t.shape) or t.numel() != 0:
+            return None
+    made = [None if v is None else _constant(torch.zeros(v.shape, dtype=v.dtype), packed) for v in values]
+    return made if isinstance(val, (tuple, list)) else made[0]
 
 
 def _map(a: Any, env: dict) -> Any:
