@@ -109,6 +109,15 @@ def warn_if_precision_emulated(device: str, precision: str) -> bool:
     return True
 
 
+def may_run_on_cpu(device: str) -> bool:
+    """Whether ``device`` is the CPU, or a virtual device that may pick it."""
+    head, _, rest = device.strip().partition(":")
+    if head.upper() in VIRTUAL_DEVICES:
+        listed = [d.strip().split(".")[0] for d in rest.split(",") if d.strip()]
+        return "CPU" in (listed or available_devices())
+    return head.split(".")[0] == "CPU"
+
+
 @functools.cache
 def widened_types(device: str) -> frozenset[torch.dtype]:
     """The 16-bit float types ``device`` computes in f32, converting only at its boundaries.
@@ -118,12 +127,7 @@ def widened_types(device: str) -> frozenset[torch.dtype]:
     AMX Xeon, a Zen 5 and, under ``qemu-x86_64 -cpu Haswell``, an AVX2-only CPU. Lowerings round
     such values where PyTorch would (``lowering/rounding.py``). Other devices compute the types
     they are given; a virtual device counts as a CPU when it may run on one."""
-    head, _, rest = device.strip().partition(":")
-    if head.upper() in VIRTUAL_DEVICES:
-        listed = [d.strip().split(".")[0] for d in rest.split(",") if d.strip()]
-        if "CPU" not in (listed or available_devices()):
-            return frozenset()
-    elif head.split(".")[0] != "CPU":
+    if not may_run_on_cpu(device):
         return frozenset()
     # A CPU that does not answer: round both, which is always right.
     bf16_kernels = "BF16" in (capabilities("CPU") or ())

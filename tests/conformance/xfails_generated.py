@@ -6,11 +6,6 @@ from __future__ import annotations
 # (OpInfo name, variant, dtype) -> first line of the error.
 GENERATED_XFAILS: dict[tuple[str, str, str], str] = {
     (
-        "__rpow__",
-        "",
-        "int64",
-    ): "[wrong-result] Tensor-likes are not equal!; Mismatched elements: 1 / 25 (4.0%); Greatest absolute difference: 1 at index (2, 2)",
-    (
         "_native_batch_norm_legit",
         "",
         "bfloat16",
@@ -73,16 +68,6 @@ GENERATED_XFAILS: dict[tuple[str, str, str], str] = {
     ("cholesky", "", "float32"): "[missing-lowering] aten.cholesky.default",
     ("cholesky_inverse", "", "float32"): "[missing-lowering] aten.cholesky_inverse.default",
     ("cholesky_solve", "", "float32"): "[missing-lowering] aten.cholesky_solve.default",
-    (
-        "clamp_max",
-        "",
-        "bool",
-    ): "[lowering-error] aten.clamp.Tensor: lowering failed: RuntimeError: This operation does not support inputs with element type: boolean",
-    (
-        "clamp_min",
-        "",
-        "bool",
-    ): "[lowering-error] aten.clamp.Tensor: lowering failed: RuntimeError: This operation does not support inputs with element type: boolean",
     ("combinations", "", "bfloat16"): "[missing-lowering] aten.masked_select.default",
     ("combinations", "", "bool"): "[missing-lowering] aten.masked_select.default",
     ("combinations", "", "float16"): "[missing-lowering] aten.masked_select.default",
@@ -196,11 +181,6 @@ GENERATED_XFAILS: dict[tuple[str, str, str], str] = {
     ("igammac", "", "bfloat16"): "[missing-lowering] aten.igammac.default",
     ("igammac", "", "float16"): "[missing-lowering] aten.igammac.default",
     ("igammac", "", "float32"): "[missing-lowering] aten.igammac.default",
-    (
-        "index_put",
-        "",
-        "bool",
-    ): "[lowering-error] aten.index_put.default: lowering failed: RuntimeError: This operation does not support inputs with element type: boolean",
     ("index_reduce", "amax", "bfloat16"): "[missing-lowering] aten.index_reduce.default",
     ("index_reduce", "amax", "float16"): "[missing-lowering] aten.index_reduce.default",
     ("index_reduce", "amax", "float32"): "[missing-lowering] aten.index_reduce.default",
@@ -217,11 +197,6 @@ GENERATED_XFAILS: dict[tuple[str, str, str], str] = {
     ("index_reduce", "prod", "float16"): "[missing-lowering] aten.index_reduce.default",
     ("index_reduce", "prod", "float32"): "[missing-lowering] aten.index_reduce.default",
     ("index_reduce", "prod", "int64"): "[missing-lowering] aten.index_reduce.default",
-    (
-        "isinf",
-        "",
-        "bool",
-    ): "[lowering-error] aten.isinf.default: lowering failed: RuntimeError: This operation does not support inputs with element type: boolean",
     (
         "kthvalue",
         "",
@@ -364,11 +339,6 @@ GENERATED_XFAILS: dict[tuple[str, str, str], str] = {
         "bfloat16",
     ): "[wrong-result] Tensor-likes are not close!; Mismatched elements: 1 / 72 (1.4%); Greatest absolute difference: 0.0009765625 at index (1, 1, 2, 0) (up to 1e-05 allowed); vs float64 reference: 1 element(s) worse than 2x eager's error, by up to 0.000244",
     (
-        "native_group_norm",
-        "",
-        "bfloat16",
-    ): "[ov-compile-error] aten.native_group_norm.default: OpenVINO compile failed with it (found by bisection): RuntimeError: Unsupported operation of type: GroupNormalization name: GroupNormalization_N",
-    (
         "native_layer_norm",
         "",
         "bfloat16",
@@ -376,21 +346,6 @@ GENERATED_XFAILS: dict[tuple[str, str, str], str] = {
     ("nn.functional.adaptive_max_pool3d", "", "bfloat16"): "[missing-lowering] aten.adaptive_max_pool3d.default",
     ("nn.functional.adaptive_max_pool3d", "", "float16"): "[missing-lowering] aten.adaptive_max_pool3d.default",
     ("nn.functional.adaptive_max_pool3d", "", "float32"): "[missing-lowering] aten.adaptive_max_pool3d.default",
-    (
-        "nn.functional.avg_pool1d",
-        "",
-        "int64",
-    ): "[wrong-result] Tensor-likes are not equal!; Mismatched elements: 5 / 18 (27.8%); Greatest absolute difference: 1 at index (0, 0, 1)",
-    (
-        "nn.functional.avg_pool2d",
-        "",
-        "int64",
-    ): "[wrong-result] Tensor-likes are not equal!; Mismatched elements: 172 / 243 (70.8%); Greatest absolute difference: 3 at index (0, 0, 8, 1)",
-    (
-        "nn.functional.avg_pool3d",
-        "",
-        "int64",
-    ): "[wrong-result] Tensor-likes are not equal!; Mismatched elements: 9 / 24 (37.5%); Greatest absolute difference: 1 at index (0, 0, 0, 0, 1)",
     ("nn.functional.bilinear", "", "bfloat16"): "[missing-lowering] aten._trilinear.default",
     ("nn.functional.bilinear", "", "float16"): "[missing-lowering] aten._trilinear.default",
     ("nn.functional.bilinear", "", "float32"): "[missing-lowering] aten._trilinear.default",
@@ -436,11 +391,6 @@ GENERATED_XFAILS: dict[tuple[str, str, str], str] = {
         "",
         "float32",
     ): "[dynamo-error] UserError: Could not guard on data-dependent expression Eq(u0, 1) (unhinted: Eq(u0, 1)).  (Size-like symbols: none)",
-    (
-        "nn.functional.group_norm",
-        "",
-        "bfloat16",
-    ): "[ov-compile-error] aten.native_group_norm.default: OpenVINO compile failed with it (found by bisection): RuntimeError: Unsupported operation of type: GroupNormalization name: GroupNormalization_N",
     (
         "nn.functional.layer_norm",
         "",
@@ -549,11 +499,6 @@ GENERATED_XFAILS: dict[tuple[str, str, str], str] = {
     ("polygamma", "polygamma_n_4", "bool"): "[missing-lowering] aten.polygamma.default",
     ("polygamma", "polygamma_n_4", "float32"): "[missing-lowering] aten.polygamma.default",
     ("polygamma", "polygamma_n_4", "int64"): "[missing-lowering] aten.polygamma.default",
-    (
-        "pow",
-        "",
-        "int64",
-    ): "[wrong-result] Tensor-likes are not equal!; Mismatched elements: 8 / 50 (16.0%); Greatest absolute difference: 9 at index (1, 4)",
     ("qr", "", "float32"): "[missing-lowering] aten.linalg_qr.default",
     (
         "resize_",
@@ -605,16 +550,6 @@ GENERATED_XFAILS: dict[tuple[str, str, str], str] = {
         "",
         "int64",
     ): "[dynamo-error] Unsupported: Attempted to call function marked as skipped (Dynamo does not know how to trace the builtin `torch._VariableFunctionsClass.resize_as_.` This function is either a Python builtin (e.g. _warnings.warn) or a third-party C/C++ Python extension (perhaps created with pybind).)",
-    (
-        "sgn",
-        "",
-        "bool",
-    ): "[lowering-error] aten.sign.default: lowering failed: RuntimeError: This operation does not support input with element type: boolean",
-    (
-        "sign",
-        "",
-        "bool",
-    ): "[lowering-error] aten.sign.default: lowering failed: RuntimeError: This operation does not support input with element type: boolean",
     (
         "signal.windows.bartlett",
         "",
@@ -902,13 +837,11 @@ GENERATED_XFAILS: dict[tuple[str, str, str], str] = {
 # (OpInfo name, variant, dtype) -> the failing sample (1-based, among judged samples) when it
 # is not the first: runs judging fewer samples expect a pass.
 GENERATED_XFAIL_SAMPLE: dict[tuple[str, str, str], int] = {
-    ("__rpow__", "", "int64"): 3,
     ("_native_batch_norm_legit", "", "bfloat16"): 5,
     ("_unsafe_masked_index_put_accumulate", "", "bfloat16"): 5,
     ("histc", "", "bfloat16"): 5,
     ("histc", "", "float16"): 5,
     ("histc", "", "float32"): 5,
-    ("index_put", "", "bool"): 4,
     ("linalg.matrix_norm", "", "float32"): 5,
     ("linalg.matrix_power", "", "float32"): 4,
     ("log_softmax", "", "bfloat16"): 2,
@@ -933,7 +866,6 @@ GENERATED_XFAIL_SAMPLE: dict[tuple[str, str, str], int] = {
     ("nn.functional.scaled_dot_product_attention", "", "bfloat16"): 3,
     ("nn.functional.scaled_dot_product_attention", "", "float16"): 3,
     ("nn.functional.scaled_dot_product_attention", "", "float32"): 3,
-    ("pow", "", "int64"): 4,
     ("signal.windows.bartlett", "", "float32"): 5,
     ("signal.windows.exponential", "", "float32"): 5,
     ("signal.windows.kaiser", "", "float32"): 5,

@@ -320,3 +320,69 @@ def test_nextafter(dtype):
     keep = (expected == 0) | (expected.float().abs() >= torch.finfo(torch.float32).tiny) | expected.isnan()
     keep &= (x != 0) | (dtype == torch.float16)
     _check(torch.nextafter, x[keep], y[keep], ops=("aten.nextafter.default",))
+
+
+# ----------------------------------------------------------------------------- integer pow
+
+INTEGERS = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8]
+
+
+def _bases_and_exponents(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bases of both signs (0 and +-1 among them) with exponents 0-40, and negative exponents."""
+    g = torch.Generator().manual_seed(11)
+    low = 0 if dtype == torch.uint8 else -30
+    base = torch.randint(low, 30, (2048,), generator=g)
+    base[:6] = torch.tensor([0, 1, 2, 3, 9, 7]) if dtype == torch.uint8 else torch.tensor([0, 1, -1, 2, -2, 9])
+    exponent = torch.randint(0 if dtype == torch.uint8 else -5, 41, (2048,), generator=g)
+    exponent[:6] = torch.tensor([0, 40, 9, 30, 9, 9])
+    return base.to(dtype), exponent.to(dtype)
+
+
+def _in_contract(got: torch.Tensor, want: torch.Tensor) -> None:
+    """Equal where eager's value lies in the int32 range (the CPU plugin computes int64 as int32;
+    narrower types wrap as torch's do, so all of them count)."""
+    keep = (want >= -(2**31)) & (want < 2**31) if want.dtype == torch.int64 else torch.ones_like(want, dtype=torch.bool)
+    torch.testing.assert_close(got[keep], want[keep], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", INTEGERS, ids=str)
+@pytest.mark.parametrize(
+    "fn, op",
+    [
+        (lambda a, e: a**e, "aten.pow.Tensor_Tensor"),
+        (lambda a, e: a**7 + a**13, "aten.pow.Tensor_Scalar"),
+        (lambda a, e: 3 ** e.abs(), "aten.pow.Scalar"),
+    ],
+    ids=["tensor", "constant_exponent", "constant_base"],
+)
+def test_integer_pow_is_exact(fn, op, dtype):
+    """OpenVINO's Power computes integers in f32: ``9 ** 9`` gave 387420480 (torch 387420489), and
+    every power past 2^24 was off. Negative exponents give torch's 1, +-1 or 0."""
+    a, e = _bases_and_exponents(dtype)
+    out, report = run_fxvino(fn, a, e, fullgraph=True)
+    _in_contract(out, fn(a, e))
+    assert_all_on_openvino(report, ops=(op,))
+
+
+# ----------------------------------------------------------------------------- booleans
+
+
+@pytest.mark.parametrize(
+    "fn, op",
+    [
+        (lambda x, y: torch.sign(x), "aten.sign.default"),
+        (lambda x, y: torch.isinf(x), "aten.isinf.default"),
+        (lambda x, y: torch.clamp(x, min=y), "aten.clamp.Tensor"),
+        (lambda x, y: torch.clamp(x, max=y), "aten.clamp.Tensor"),
+        (lambda x, y: x.index_put((torch.tensor([0, 2, 2, 5]),), y[:4], accumulate=True), "aten.index_put.default"),
+        (lambda x, y: x.index_put((y,), x[:1] | True, accumulate=True), "aten.index_put.default"),
+    ],
+    ids=["sign", "isinf", "clamp_min", "clamp_max", "index_put_accumulate", "mask_put_accumulate"],
+)
+def test_boolean_operands(fn, op):
+    """OpenVINO's Sign, Add, Maximum and Minimum reject booleans: these ran in PyTorch."""
+    g = torch.Generator().manual_seed(12)
+    x, y = (torch.rand(8, generator=g) < 0.5 for _ in range(2))
+    out, report = run_fxvino(fn, x, y, fullgraph=True)
+    torch.testing.assert_close(out, fn(x, y), rtol=0, atol=0)
+    assert_all_on_openvino(report, ops=(op,))

@@ -164,3 +164,27 @@ def test_max_pool_indices_equal_pytorchs_without_a_reference_kernel(
     assert "Reference" not in layers and "Pooling" not in layers, layers
     offsets = math.prod(kernel) if isinstance(kernel, tuple) else kernel**2
     assert layers.count("Eltwise") + layers.count("Subgraph") <= 3 * offsets, layers
+
+
+@pytest.mark.parametrize(
+    "fn, shape",
+    [
+        (lambda x: F.avg_pool1d(x, 3), (2, 3, 12)),
+        (lambda x: F.avg_pool1d(x, 4, stride=3, padding=2, ceil_mode=True, count_include_pad=False), (2, 3, 11)),
+        (lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, ceil_mode=True), (2, 3, 7, 8)),
+        (lambda x: F.avg_pool2d(x, (2, 3), (2, 1), 1, False, False), (3, 7, 8)),  # unbatched
+        (lambda x: F.avg_pool2d(x, 3, stride=3, padding=1, ceil_mode=True, divisor_override=5), (1, 2, 7, 8)),
+        (lambda x: F.avg_pool3d(x, 2, stride=2, padding=1), (1, 2, 5, 4, 3)),
+    ],
+)
+def test_integer_avg_pool_truncates_exact_sums(fn, shape):
+    """torch divides a window's integer sum and truncates (-11 / 3 is -3); AvgPool averaged in
+    float and rounded (7 / 3 gave 2 but -2 / 3 gave -1) and lost sums past 2^24. (int64 is the
+    only integer type eager pools.)"""
+    g = torch.Generator().manual_seed(13)
+    x = torch.randint(-(2**27), 2**27, shape, generator=g)
+    x.view(-1)[::5] = torch.randint(-9, 9, x.view(-1)[::5].shape, generator=g)
+    out, report = run_fxvino(fn, x, fullgraph=True)
+    torch.testing.assert_close(out, fn(x), rtol=0, atol=0)
+    assert_all_on_openvino(report)
+    assert sum(n for op, n in report.ov_ops.items() if op.startswith("aten.avg_pool")) == 1, str(report)

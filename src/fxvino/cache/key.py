@@ -62,8 +62,10 @@ from fxvino.utils.fx import fetch_attr
 # float constants to 16 bits made by torch, where older entries hold OpenVINO's folding of them,
 # and 16-bit batch norm with frozen statistics folded into its convolution or as one scale and
 # shift rounded once; 16: casts of values computed from float constants alone (a transposed or
-# scaled weight) rounded as torch rounds, where older entries hold OpenVINO's folding of them).
-KEY_FORMAT = 16
+# scaled weight) rounded as torch rounds, where older entries hold OpenVINO's folding of them;
+# 17: integer division exact beyond 2^24, exact integer pow and average pools, bf16 group norm in
+# f32, and casts to bf16 rounded in graphs compiled without snippets, which older entries truncate).
+KEY_FORMAT = 17
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.
 _PARALLEL_BYTES = 64 << 20

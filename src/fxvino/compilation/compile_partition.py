@@ -84,6 +84,7 @@ def compile_partition(
             training.prepare(lowered, kind)
         t1 = time.perf_counter()
         config = options.compile_config(lowered.plugin_config)
+        plugin_config.round_truncated_casts(lowered.model, config, options.device)
         together, member = None, None
         if options.share_weights is not False and kind == "inference" and shared_weights.eligible(config):
             weights = shared_weights.weights_of(dict(constants))

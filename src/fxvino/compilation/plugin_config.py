@@ -10,8 +10,14 @@ a compiled blob, so the model cache stores them beside it and imports with them.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import openvino as ov
+import torch
+
+from fxvino.devices import may_run_on_cpu, widened_types
+from fxvino.lowering.rounding import round_bf16_casts
 
 # What a tiny graph asks for (``_tiny``). These are properties the plugin applies when a compiled
 # model is made or imported, not baked into its blob.
@@ -156,3 +162,19 @@ def merged(config: dict[str, str]) -> dict[str, str]:
 def run_time(config: dict[str, str]) -> dict[str, str]:
     """The properties of ``config`` a compiled blob does not keep: an import must pass them again."""
     return {k: v for k, v in config.items() if k in RUN_TIME}
+
+
+def round_truncated_casts(model: ov.Model, config: Mapping[str, Any], device: str) -> int:
+    """Round ``model``'s casts to bf16 that the CPU plugin, compiling it with ``config``, would
+    truncate: every cast without snippets, else those of dynamic shape
+    (``rounding.round_bf16_casts``). A device computing bf16 in f32 has them rounded already
+    (``rounding.round_like_torch``). Under a 16-bit inference precision the plugin computes the
+    rounding's f32 arithmetic in that type too, and eager's results are not the contract: left
+    alone. Returns how many casts it rounded."""
+    if not may_run_on_cpu(device) or torch.bfloat16 in widened_types(device):
+        return 0
+    hint = config.get("INFERENCE_PRECISION_HINT", "f32")
+    if (hint.get_type_name() if isinstance(hint, ov.Type) else str(hint).lower()) not in ("f32", "float32"):
+        return 0
+    snippets = str(config.get("SNIPPETS_MODE", "")).upper() != "DISABLE"
+    return round_bf16_casts(model, dynamic_only=snippets)

@@ -54,6 +54,7 @@ def export(
     lowered = lowering.lower(graph.gm, opts, name)
     signature = name_ports(lowered.model, lowered, graph, ranges, call_spec.in_spec, call_spec.out_spec, dim_names)
     graph_config = plugin_config.plugin_config(lowered.model)
+    plugin_config.round_truncated_casts(lowered.model, opts.compile_config(graph_config), opts.device)
     t2 = time.perf_counter()
 
     report = GraphReport(name, "export", num_nodes=sum(lowered.op_counts.values()))

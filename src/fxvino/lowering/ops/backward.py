@@ -16,6 +16,7 @@ import openvino.opset16 as ops
 import torch
 
 from fxvino.lowering import helpers as h
+from fxvino.lowering.ops.pooling import avg_divisors
 from fxvino.lowering.registry import lowers
 
 aten = torch.ops.aten
@@ -304,23 +305,6 @@ def _avg_bw_ok(node) -> str | None:
     return _static_spatial(node, _spatial_dims(node))
 
 
-def _avg_divisors(in_sizes, out_sizes, kernel, stride, padding, count_include_pad, divisor_override):
-    """ATen's per-output-position divisor of avg_pool (ceil mode and padding included)."""
-    per_axis_full, per_axis_clip = [], []
-    for i, o, k, s, p in zip(in_sizes, out_sizes, kernel, stride, padding, strict=True):
-        start = np.arange(o) * s - p
-        end = np.minimum(start + k, i + p)
-        per_axis_full.append(end - start)
-        per_axis_clip.append(np.minimum(end, i) - np.maximum(start, 0))
-    if divisor_override:
-        return np.full(out_sizes, divisor_override, np.float64)
-    parts = per_axis_full if count_include_pad else per_axis_clip
-    div = parts[0].astype(np.float64)
-    for p in parts[1:]:
-        div = np.multiply.outer(div, p)
-    return np.where(div > 0, div, 1)
-
-
 @lowers(aten.avg_pool2d_backward.default, aten.avg_pool3d_backward.default, validator=_avg_bw_ok)
 def avg_pool_backward(
     ctx, node, go, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override=None
@@ -330,7 +314,7 @@ def avg_pool_backward(
     stride = _expand(stride, n) if stride else kernel
     padding = _expand(padding, n)
     in_sizes, out_sizes = h.static_shape(x)[-n:], h.static_shape(go)[-n:]
-    div = _avg_divisors(in_sizes, out_sizes, kernel, stride, padding, count_include_pad, divisor_override)
+    div = avg_divisors(in_sizes, out_sizes, kernel, stride, padding, count_include_pad, divisor_override)
     g = ops.divide(h.cast_like(go, x), h.cast_like(h.const(div, torch.float32), x)).output(0)
     # Spread each output's share over its window: a transposed convolution with a ones kernel
     # over single-channel planes, in the padded coordinate frame; then drop the padding.

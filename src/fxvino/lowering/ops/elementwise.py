@@ -76,6 +76,8 @@ def exp(ctx, node, x):
 def sign(ctx, node, x):
     """torch's sign of NaN is 0 (it compares with 0); the plugin's Sign passes NaN through."""
     (x,) = h.to_out(node, x)
+    if h.out_dtype(node) == torch.bool:  # Sign rejects booleans; each is its own sign
+        return x
     if not x.get_element_type().is_real():
         return ops.sign(x).output(0)
     return ops.select(ops.is_nan(x), h.const(0, h.out_dtype(node)), ops.sign(x)).output(0)
@@ -148,7 +150,7 @@ def isnan(ctx, node, x):
 @lowers(aten.isinf.default)
 def isinf(ctx, node, x):
     if not x.get_element_type().is_real():
-        return ops.equal(x, ops.add(x, h.const(1, h.dtype_of(x)))).output(0)  # never true for ints
+        return ops.not_equal(x, x).output(0)  # never true for integers and booleans
     return ops.is_inf(x).output(0)
 
 
@@ -249,8 +251,54 @@ def pow_(ctx, node, a, b):
     if node.target is aten.pow.Tensor_Scalar and b == 2:
         (a,) = h.to_out(node, a)
         return ops.multiply(a, a).output(0)
-    a, b = h.to_out(node, a, b)
-    return ops.power(a, b).output(0)
+    dtype = h.out_dtype(node)
+    if dtype.is_floating_point or dtype == torch.bool:
+        a, b = h.to_out(node, a, b)
+        return ops.power(a, b).output(0)
+    # Narrow integers compute in i32, whose Convert back wraps (the plugin saturates 8 bits).
+    work = torch.int32 if dtype.itemsize < 4 else dtype
+    a, b = h.cast(a, work), b if isinstance(b, int) else h.cast(b, work)
+    power = _constant_power(a, b) if isinstance(b, int) else _integer_power(a, b)
+    return h.cast(power, dtype)
+
+
+def _constant_power(a, exponent: int) -> ov.Output:
+    """``a ** exponent`` for a constant ``exponent >= 0`` (torch rejects negative ones for integer
+    tensors): square-and-multiply unrolled while lowering, exact and wrapping like torch's."""
+    result, square = h.const(1, h.dtype_of(a)), a
+    while exponent:
+        if exponent & 1:
+            result = ops.multiply(result, square).output(0)
+        exponent >>= 1
+        if exponent:
+            square = ops.multiply(square, square).output(0)
+    return ops.broadcast(result, h.shape_of(a)).output(0)
+
+
+def _integer_power(a, b) -> ov.Output:
+    """torch's integer ``a ** b`` for a tensor ``b``: square-and-multiply over ``b``'s 31 bits.
+
+    OpenVINO's Power computes integers through f32 (``9 ** 9`` gave 387420480, torch
+    387420489). Each bit multiplies by ``1 + bit * (square - 1)`` rather than selecting: the
+    plugin ran an i32 Select among float-fused ops in f32 (see ``helpers.divmod_floor``). A
+    negative exponent gives torch's 1 for a base of 1, +-1 by parity for -1 and 0 otherwise.
+    """
+    dtype = h.dtype_of(a)
+    zero, one = h.const(0, dtype), h.const(1, dtype)
+    a, b = (ops.broadcast(v, h.broadcast_shape(a, b)).output(0) for v in (a, b))
+    result, square = ops.broadcast(one, h.shape_of(a)).output(0), a
+    for j in range(31):
+        bit = h.cast(ops.not_equal(ops.bitwise_and(b, h.const(1 << j, dtype)), zero).output(0), dtype)
+        result = ops.multiply(result, ops.add(one, ops.multiply(bit, ops.subtract(square, one)))).output(0)
+        if j < 30:
+            square = ops.multiply(square, square).output(0)
+    negative = h.cast(ops.less(b, zero).output(0), dtype)
+    odd = h.cast(ops.not_equal(ops.bitwise_and(b, one), zero).output(0), dtype)
+    unit = h.cast(ops.logical_or(ops.equal(a, one), ops.equal(a, h.const(-1, dtype))).output(0), dtype)
+    # The base itself when its power is +-1 and the exponent odd, else 1; 0 for other bases.
+    fraction = ops.multiply(unit, ops.add(one, ops.multiply(odd, ops.subtract(a, one))))
+    kept = ops.multiply(result, ops.subtract(one, negative))
+    return ops.add(kept, ops.multiply(fraction, negative)).output(0)
 
 
 def _extreme(node, a, b, largest: bool, nan_wins: bool) -> ov.Output:
@@ -392,6 +440,10 @@ def where(ctx, node, cond, a, b):
 def clamp(ctx, node, x, min=None, max=None):  # noqa: A002 - ATen's argument names
     (x,) = h.to_out(node, x)
     dtype = h.out_dtype(node)
+    if dtype == torch.bool:  # Maximum and Minimum reject booleans
+        if min is not None:
+            x = ops.logical_or(x, h.cast(min, dtype)).output(0)
+        return x if max is None else ops.logical_and(x, h.cast(max, dtype)).output(0)
     if min is not None:  # NaN in, NaN out, as torch.maximum (OpenVINO's Maximum drops it)
         low = h.cast(min, dtype)
         x = _nan_propagating(ops.maximum(x, low).output(0), x, low)

@@ -93,9 +93,13 @@ def native_group_norm(ctx, node, x, weight, bias, n, c, hw, groups, eps):
         weight = ops.broadcast(h.const(1, dtype), h.unsqueeze(ch, 0)).output(0)
     if bias is None:
         bias = ops.broadcast(h.const(0, dtype), h.unsqueeze(ch, 0)).output(0)
-    y = ops.group_normalization(x, weight, bias, int(groups), float(eps)).output(0)
+    if dtype == torch.bfloat16:
+        # The CPU plugin has no bf16 GroupNormalization ("Unsupported operation" at compile on
+        # bf16 machines): normalise in f32, as torch's bf16 kernel accumulates, and round once.
+        x, weight, bias = (h.cast(v, torch.float32) for v in (x, weight, bias))
+    y = h.cast(ops.group_normalization(x, weight, bias, int(groups), float(eps)).output(0), dtype)
     if h.used_outputs(node) <= {0}:
         return (y, None, None)
     grouped = ops.reshape(x, h.as_shape([n, groups, -1]), True).output(0)
     mean, rstd = _mean_rstd(grouped, h.const([2], torch.int64), eps, keepdim=False)
-    return (y, mean, rstd)
+    return (y, h.cast(mean, h.out_dtype(node, 1)), h.cast(rstd, h.out_dtype(node, 2)))

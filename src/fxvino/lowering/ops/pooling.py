@@ -144,7 +144,26 @@ def _avgpool_ok(node: torch.fx.Node) -> str | None:
     override = node.args[6] if len(node.args) > 6 else node.kwargs.get("divisor_override")
     if override and _static_spatial(node) is None:
         return "divisor_override needs static spatial sizes"
+    if not h.out_dtype(node).is_floating_point and _static_spatial(node) is None:
+        return "an integer average pool needs static spatial sizes (its divisors are constants)"
     return None
+
+
+def avg_divisors(in_sizes, out_sizes, kernel, stride, padding, count_include_pad, divisor_override) -> np.ndarray:
+    """ATen's per-output-position divisor of avg_pool (ceil mode and padding included)."""
+    per_axis_full, per_axis_clip = [], []
+    for i, o, k, s, p in zip(in_sizes, out_sizes, kernel, stride, padding, strict=True):
+        start = np.arange(o) * s - p
+        end = np.minimum(start + k, i + p)
+        per_axis_full.append(end - start)
+        per_axis_clip.append(np.minimum(end, i) - np.maximum(start, 0))
+    if divisor_override:
+        return np.full(out_sizes, divisor_override, np.float64)
+    parts = per_axis_full if count_include_pad else per_axis_clip
+    div = parts[0].astype(np.float64)
+    for p in parts[1:]:
+        div = np.multiply.outer(div, p)
+    return np.where(div > 0, div, 1)
 
 
 @lowers(aten.avg_pool2d.default, aten.avg_pool3d.default, aten.avg_pool1d.default, validator=_avgpool_ok)
@@ -161,11 +180,42 @@ def avg_pool(
         return ops.broadcast(h.cast_like(0, x), h.as_shape(shape)).output(0)
     kernel = _fit_kernel(node, kernel, padding, [1] * spatial)
     x, unbatched = _batched(x, kernel)
-    out = _avg_pool(node, x, spatial, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    args = (node, x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    out = _avg_pool(*args) if h.out_dtype(node).is_floating_point else _integer_avg_pool(*args)
     return h.squeeze(out, 0) if unbatched else out
 
 
-def _avg_pool(node, x, spatial, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
+def _integer_avg_pool(node, x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    """torch's integer average: the exact window sum divided by ATen's divisor, truncated.
+
+    AvgPool computes in float and rounds to nearest (7 / 3 gave 2.33 -> 2 but -2 / 3 gave -1,
+    torch 0), and a float sum is not exact beyond 2^24: the windows are summed as strided slices
+    in integer arithmetic instead, and divided with the exact integer division.
+    """
+    inp, out = _static_spatial(node)
+    dtype = h.wrapping_dtype(h.out_dtype(node))
+    x = h.cast(x, dtype)
+    # Zero-pad so that every window, a ceil_mode overhang included, lies inside.
+    extra = [
+        max(0, (o - 1) * s + k - (i + 2 * p)) for i, o, s, k, p in zip(inp, out, stride, kernel, padding, strict=True)
+    ]
+    begins = h.const([0, 0, *padding], torch.int64)
+    ends = h.const([0, 0, *(p + e for p, e in zip(padding, extra, strict=True))], torch.int64)
+    x = ops.pad(x, begins, ends, "constant", h.const(0, dtype)).output(0)
+    axes = h.const(list(range(2, 2 + len(kernel))), torch.int64)
+    total = None
+    for offset in itertools.product(*[range(k) for k in kernel]):
+        end = [b + (o - 1) * s + 1 for b, o, s in zip(offset, out, stride, strict=True)]
+        window = ops.slice(
+            x, h.const(list(offset), torch.int64), h.const(end, torch.int64), h.const(stride, torch.int64), axes
+        )
+        total = window.output(0) if total is None else ops.add(total, window).output(0)
+    divisors = avg_divisors(inp, out, kernel, stride, padding, count_include_pad, divisor_override)
+    return h.trunc_div(total, h.const(divisors.astype(np.int64), dtype))
+
+
+def _avg_pool(node, x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    spatial = len(kernel)
 
     def pool(x, pads, exclude_pad, ceil=ceil_mode):
         rounding = "ceil_torch" if ceil else "floor"

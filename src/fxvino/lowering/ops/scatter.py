@@ -173,6 +173,12 @@ def _index_put_ok(node):
 def index_put(ctx, node, x, indices, values, accumulate=False):
     """``x[indices] = values`` (or ``+=`` with ``accumulate``) on a copy of ``x``."""
     dtype = h.out_dtype(node)
+    if dtype == torch.bool and accumulate:  # adds reject booleans; torch's sum of them is "any"
+        return h.cast(_index_put(x, indices, values, True, torch.int32), torch.bool)
+    return _index_put(x, indices, values, accumulate, dtype)
+
+
+def _index_put(x, indices, values, accumulate: bool, dtype: torch.dtype) -> ov.Output:
     x = h.cast(x, dtype)
     values = h.cast(values, dtype)
     r = h.rank(x)
