@@ -25,6 +25,21 @@ def run_fxvino(
     return out, report
 
 
+def sixteen_bit_numerics(*dtypes: torch.dtype) -> list[Any]:
+    """``dtypes`` as parameters, the 16-bit float ones marked ``numerics``: where an op is built of
+    comparisons, selections and exact arithmetic, only they compute differently by CPU class
+    (bf16 in f32 without bf16 kernels), so only they run again as an AVX2-only CPU."""
+    import pytest
+
+    return [
+        pytest.param(d, id=str(d).removeprefix("torch."), marks=[pytest.mark.numerics] if d in SIXTEEN_BIT else [])
+        for d in dtypes
+    ]
+
+
+SIXTEEN_BIT = (torch.float16, torch.bfloat16)
+
+
 def cpu_computes_bf16() -> bool:
     """Whether OpenVINO's CPU plugin has bf16 kernels here (AVX512-BF16 or AMX); elsewhere it runs a
     bf16 request in f32, so tests of bf16 numerics expect f32 results on such machines."""
