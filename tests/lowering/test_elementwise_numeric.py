@@ -392,3 +392,11 @@ def test_boolean_operands(fn, op):
     out, report = run_fxvino(fn, x, y, fullgraph=True)
     torch.testing.assert_close(out, fn(x, y), rtol=0, atol=0)
     assert_all_on_openvino(report, ops=(op,))
+
+
+def test_negative_constant_power_of_integers_raises_eagers_error():
+    """torch rejects ``int_tensor ** -1``; lowered as a tensor exponent it returned torch's
+    tensor-exponent values (and, unrolled, never finished lowering): PyTorch runs it and raises."""
+    compiled = torch.compile(lambda a: a**-1, backend="fxvino")
+    with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed"):
+        compiled(torch.tensor([1, 2]))

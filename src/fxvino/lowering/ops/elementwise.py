@@ -246,7 +246,15 @@ def fmod(ctx, node, a, b):
     return h.trunc_mod(a, b)
 
 
-@lowers(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
+def _pow_ok(node: torch.fx.Node) -> str | None:
+    exponent = node.args[1]
+    integer = not h.out_dtype(node).is_floating_point and h.out_dtype(node) != torch.bool
+    if node.target is aten.pow.Tensor_Scalar and integer and isinstance(exponent, int) and exponent < 0:
+        return "torch rejects negative integer powers of integer tensors: PyTorch raises its error"
+    return None
+
+
+@lowers(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar, validator=_pow_ok)
 def pow_(ctx, node, a, b):
     if node.target is aten.pow.Tensor_Scalar and b == 2:
         (a,) = h.to_out(node, a)
