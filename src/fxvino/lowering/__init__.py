@@ -20,6 +20,7 @@ FAMILIES = (
     "symbolic",
     "sorting",
     "scans",
+    "special",
     "scatter",
     "padding",
     "resample",

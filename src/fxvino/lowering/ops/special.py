@@ -1,0 +1,378 @@
+"""Special functions: lgamma, digamma, polygamma (orders 0 and 1), erfinv, ndtri and the
+modified Bessel functions i0/i0e/i1/i1e.
+
+OpenVINO has none of them, so each is built of elementwise arithmetic in f32 (16-bit inputs
+widen to it, as torch's CPU kernels do): a recurrence or reflection into the range where a
+series or a Chebyshev/rational approximation from the literature is accurate, every branch
+computed and the right one selected. Branch inputs are clamped into their range so that an
+unselected branch cannot overflow into the selected one, and special values (NaN, infinities,
+poles) are selected explicitly at the end: the CPU plugin's Exp gives +inf for NaN and its
+Greater/GreaterEqual are true on NaN, so only Less, Equal and IsNaN decide branches here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import openvino as ov
+import openvino.opset16 as ops
+import torch
+
+from fxvino.lowering import helpers as h
+from fxvino.lowering.registry import lowers
+
+aten = torch.ops.aten
+
+F32 = torch.float32
+Operand = ov.Output | ov.Node | float
+
+# ----------------------------------------------------------------------------- coefficients
+
+# lgamma(2 + t) = t * P(t), |t| <= 1/2: its Taylor series, c1 = 1 - euler_gamma and
+# c_k = (-1)^k (zeta(k) - 1) / k (Abramowitz & Stegun 6.1.33), highest degree first.
+_LGAMMA_2 = (
+    -2.0392157538013662e-06, 4.3748667899074882e-06, -9.4394882752683967e-06, 2.0507212775670691e-05,
+    -4.4926236738133142e-05, 9.9457512781808531e-05, -0.00022315475845357939, 0.00050966952474304245,
+    -0.001192753911703261, 0.0028905103307415234, -0.0073855510286739857, 0.020580808427784546,
+    -0.067352301053198102, 0.3224670334241132, 0.42278433509846713,
+)  # fmt: skip
+
+# Stirling's series of lgamma past the leading terms, in 1/x^2: B_2k / (2k (2k-1)).
+_STIRLING = (-1 / 1680, 1 / 1260, -1 / 360, 1 / 12)
+
+# digamma's asymptotic series in 1/x^2: B_2k / (2k) (Cephes psi.c; A&S 6.3.18).
+_DIGAMMA = (1 / 12, -691 / 32760, 1 / 132, -1 / 240, 1 / 252, -1 / 120, 1 / 12)
+
+# Giles, "Approximating the erfinv function" (GPU Computing Gems, 2010), single precision:
+# erfinv(y) = y * P(w), w = -log(1 - y^2), one polynomial for w < 5 and one in sqrt(w) beyond.
+_GILES_CENTRAL = (
+    2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+    -0.00125372503, -0.00417768164, 0.246640727, 1.50140941,
+)  # fmt: skip
+_GILES_TAIL = (
+    -0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+    -0.0076224613, 0.00943887047, 1.00167406, 2.83297682,
+)  # fmt: skip
+
+# Cephes ndtri.c: rational approximations of the normal quantile, |p - 1/2| <= 3/8 in
+# (p - 1/2)^2, then in 1/sqrt(-2 log p) for sqrt(-2 log p) below and above 8.
+_NDTRI_P0 = (-59.9633501014107895267, 98.0010754185999661536, -56.6762857469070293439,
+             13.9312609387279679503, -1.23916583867381258016)  # fmt: skip
+_NDTRI_Q0 = (1.0, 1.95448858338141759834, 4.67627912898881538453, 86.3602421390890590575,
+             -225.462687854119370527, 200.260212380060660359, -82.0372256168333339912,
+             15.9056225126211695515, -1.18331621121330003142)  # fmt: skip
+_NDTRI_P1 = (4.05544892305962419923, 31.5251094599893866154, 57.1628192246421288162,
+             44.0805073893200834700, 14.6849561928858024014, 2.18663306850790267539,
+             -0.140256079171354495875, -3.50424626827848203418e-2, -8.57456785154685413611e-4)  # fmt: skip
+_NDTRI_Q1 = (1.0, 15.7799883256466749731, 45.3907635128879210584, 41.3172038254672030440,
+             15.0425385692907503408, 2.50464946208309415979, -0.142182922854787788574,
+             -3.80806407691578277194e-2, -9.33259480895457427372e-4)  # fmt: skip
+_NDTRI_P2 = (3.23774891776946035970, 6.91522889068984211695, 3.93881025292474443415,
+             1.33303460815807542389, 0.201485389549179081538, 1.23716634817820021358e-2,
+             3.01581553508235416007e-4, 2.65806974686737550832e-6, 6.23974539184983293730e-9)  # fmt: skip
+_NDTRI_Q2 = (1.0, 6.02427039364742014255, 3.67983563856160859403, 1.37702099489081330271,
+             0.216236993594496635890, 1.34204006088543189037e-2, 3.28014464682127739104e-4,
+             2.89247864745380683936e-6, 6.79019408009981274425e-9)  # fmt: skip
+
+_EXP_MAX = 88.72283172607422
+
+# Cephes i0.c / i1.c Chebyshev coefficients of exp(-x) I0(x), exp(-x) I1(x) / x on [0, 8] in
+# x/2 - 2, and of sqrt(x) exp(-x) I0(x), sqrt(x) exp(-x) I1(x) on (8, inf) in 32/x - 2; terms
+# below 1e-11 (under an f32 ulp of the sums) left out.
+_I0E_A = (
+    2.65982372468238665035e-9, -1.30002500998624804212e-8, 6.04699502254191894932e-8, -2.67079385394061173391e-7,
+    1.11738753912010371815e-6, -4.41673835845875056359e-6, 1.64484480707288970893e-5, -5.75419501008210370398e-5,
+    1.88502885095841655729e-4, -5.76375574538582365885e-4, 1.63947561694133579842e-3, -4.32430999505057594430e-3,
+    1.05464603945949983183e-2, -2.37374148058994688156e-2, 4.93052842396707084878e-2, -9.49010970480476444210e-2,
+    1.71620901522208775349e-1, -3.04682672343198398683e-1, 6.76795274409476084995e-1,
+)  # fmt: skip
+_I0E_B = (
+    -1.32158118404477131188e-11, -3.14991652796324136454e-11, 1.18891471078464383424e-11, 4.94060238822496958910e-10,
+    3.39623202570838634515e-9, 2.26666899049817806459e-8, 2.04891858946906374183e-7, 2.89137052083475648297e-6,
+    6.88975834691682398426e-5, 3.36911647825569408990e-3, 8.04490411014108831608e-1,
+)  # fmt: skip
+_I1E_A = (
+    -6.66348972350202774223e-11, 3.62559028155211703701e-10, -1.88724975172282928790e-9, 9.38153738649577178388e-9,
+    -4.44505912879632808065e-8, 2.00329475355213526229e-7, -8.56872026469545474066e-7, 3.47025130813767847674e-6,
+    -1.32731636560394358279e-5, 4.78156510755005422638e-5, -1.61760815825896745588e-4, 5.12285956168575772895e-4,
+    -1.51357245063125314899e-3, 4.15642294431288815669e-3, -1.05640848946261981558e-2, 2.47264490306265168283e-2,
+    -5.29459812080949914269e-2, 1.02643658689847095384e-1, -1.76416518357834055153e-1, 2.52587186443633654823e-1,
+)  # fmt: skip
+_I1E_B = (
+    1.41258074366137813316e-11, 3.25260358301548823856e-11, -1.89749581235054123450e-11, -5.58974346219658380687e-10,
+    -3.83538038596423702205e-9, -2.63146884688951950684e-8, -2.51223623787020892529e-7, -3.88256480887769039346e-6,
+    -1.10588938762623716291e-4, -9.76109749136146840777e-3, 7.78576235018280120474e-1,
+)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- building blocks
+
+
+def _v(a: Operand) -> ov.Output:
+    if isinstance(a, ov.Output):
+        return a
+    if isinstance(a, ov.Node):
+        return a.output(0)
+    return h.const(a, F32)
+
+
+def _add(a: Operand, b: Operand) -> ov.Output:
+    return ops.add(_v(a), _v(b)).output(0)
+
+
+def _sub(a: Operand, b: Operand) -> ov.Output:
+    return ops.subtract(_v(a), _v(b)).output(0)
+
+
+def _mul(a: Operand, b: Operand) -> ov.Output:
+    return ops.multiply(_v(a), _v(b)).output(0)
+
+
+def _div(a: Operand, b: Operand) -> ov.Output:
+    return ops.divide(_v(a), _v(b)).output(0)
+
+
+def _lt(a: Operand, b: Operand) -> ov.Output:
+    return ops.less(_v(a), _v(b)).output(0)
+
+
+def _eq(a: Operand, b: Operand) -> ov.Output:
+    return ops.equal(_v(a), _v(b)).output(0)
+
+
+def _where(cond: ov.Output, a: Operand, b: Operand) -> ov.Output:
+    return ops.select(cond, _v(a), _v(b)).output(0)
+
+
+def _unary(fn, a: Operand) -> ov.Output:
+    return fn(_v(a)).output(0)
+
+
+def _series(x: ov.Output, coeffs: Sequence[float], chebyshev: bool = False) -> ov.Output:
+    """A polynomial in ``x`` (Horner, highest degree first) or, with ``chebyshev``, Cephes'
+    chbevl: the Clenshaw sum of ``coeffs`` (highest order first) in Chebyshev polynomials of
+    ``x / 2``, the last coefficient halved."""
+    if not chebyshev:
+        acc = _v(coeffs[0])
+        for c in coeffs[1:]:
+            acc = _add(_mul(acc, x), c)
+        return acc
+    b0, b1, b2 = _v(coeffs[0]), _v(0.0), _v(0.0)
+    for c in coeffs[1:]:
+        b2, b1 = b1, b0
+        b0 = _add(_sub(_mul(x, b1), b2), c)
+    return _mul(_sub(b0, b2), 0.5)
+
+
+def _float_in(node: torch.fx.Node, x: ov.Output) -> ov.Output:
+    """The operand in f32: torch computes 16-bit inputs in float, integers promote to float
+    (and the CPU plugin computes float64 in f32 anyway)."""
+    return h.cast(x, F32)
+
+
+def _finish(node: torch.fx.Node, x: ov.Output, y: ov.Output) -> ov.Output:
+    """``y`` in the node's dtype, NaN where the input is (whatever the branches made of it)."""
+    return h.cast(_where(_unary(ops.is_nan, x), x, y), h.out_dtype(node))
+
+
+def _frac_round(x: ov.Output) -> ov.Output:
+    """``x - round(x)`` in [-1/2, 1/2], exact in f32: the argument sin(pi x) and tan(pi x)
+    reduce to without the rounding of ``pi * x`` for large ``x``."""
+    return _sub(x, ops.round(x, "half_to_even"))
+
+
+# ----------------------------------------------------------------------------- gamma family
+
+
+def _lgamma_positive(z: ov.Output) -> ov.Output:
+    """lgamma of ``z >= 0``: Stirling's series above 8; below, a product recurrence into
+    [3/2, 5/2] and the Taylor series about 2, so that the zeros at 1 and 2 keep their relative
+    accuracy (the shifts' logs carry no cancellation there)."""
+    s = _unary(lambda a: ops.maximum(a, _v(8.0)), z)
+    ls = _unary(ops.log, s)
+    r = _div(1.0, s)
+    stirling = _add(_sub(_mul(s, _sub(ls, 1.0)), _mul(ls, 0.5)), 0.5 * math.log(2 * math.pi))
+    stirling = _add(stirling, _mul(r, _series(_mul(r, r), _STIRLING)))
+    w = _unary(lambda a: ops.minimum(a, _v(8.0)), z)
+    up, down = _v(1.0), _v(1.0)
+    for _ in range(2):  # lgamma(w) = lgamma(w + 1) - log(w)
+        step = _lt(w, 1.5)
+        up, w = _where(step, _mul(up, w), up), _where(step, _add(w, 1.0), w)
+    for _ in range(6):  # lgamma(w + 1) = lgamma(w) + log(w)
+        step = _lt(2.5, w)
+        w = _where(step, _sub(w, 1.0), w)
+        down = _where(step, _mul(down, w), down)
+    t = _sub(w, 2.0)
+    small = _add(_mul(t, _series(t, _LGAMMA_2)), _sub(_unary(ops.log, down), _unary(ops.log, up)))
+    return _where(_lt(8.0, z), stirling, small)
+
+
+@lowers(aten.lgamma.default)
+def lgamma(ctx, node, x):
+    x = _float_in(node, x)
+    negative = _lt(x, 0.0)
+    # Reflection: lgamma(x) = log(pi / |sin(pi x)|) - lgamma(1 - x).
+    y = _lgamma_positive(_where(negative, _sub(1.0, x), x))
+    r = _frac_round(x)
+    sin = _unary(ops.abs, _unary(ops.sin, _mul(r, math.pi)))
+    y = _where(negative, _sub(_sub(math.log(math.pi), _unary(ops.log, sin)), y), y)
+    pole = ops.logical_or(ops.is_inf(x), ops.logical_and(negative, _eq(r, 0.0)))
+    return _finish(node, x, _where(pole.output(0), math.inf, y))
+
+
+def _polygamma_ok(node: torch.fx.Node) -> str | None:
+    if node.args[0] not in (0, 1):
+        return f"polygamma of order {node.args[0]} (only digamma and trigamma are lowered)"
+    return None
+
+
+def _digamma(x: ov.Output) -> ov.Output:
+    """torch's algorithm (Cephes psi): the recurrence psi(x) = psi(x + 1) - 1/x up to x >= 10,
+    the asymptotic series there, and reflection psi(x) = psi(1 - x) - pi / tan(pi x) below 0.
+    At 0 it is -inf with the sign of -x; NaN at negative integers and -inf."""
+    negative = _lt(x, 0.0)
+    w = _where(negative, _sub(1.0, x), x)
+    acc = _v(0.0)
+    for _ in range(10):
+        step = _lt(w, 10.0)
+        acc = _where(step, _sub(acc, _div(1.0, w)), acc)
+        w = _where(step, _add(w, 1.0), w)
+    z = _div(1.0, _mul(w, w))
+    y = _sub(_sub(_add(acc, _unary(ops.log, w)), _div(0.5, w)), _mul(z, _series(z, _DIGAMMA)))
+    cot = _div(math.pi, _unary(ops.tan, _mul(_frac_round(x), math.pi)))
+    y = _where(negative, _sub(y, cot), y)
+    integer = ops.logical_and(negative, _eq(x, _unary(ops.floor, x))).output(0)
+    y = _where(integer, math.nan, y)
+    return _where(_eq(x, 0.0), _unary(ops.negative, _div(1.0, x)), y)
+
+
+def _trigamma(x: ov.Output) -> ov.Output:
+    """torch's algorithm: six steps of psi1(x) = psi1(x + 1) + 1/x^2, the asymptotic series, and
+    below 1/2 the reflection psi1(x) = pi^2 / sin^2(pi x) - psi1(1 - x). The sine is torch's too,
+    of the f32 product pi * x, unreduced: that loses digits for large |x| and makes poles
+    finite, but eager's result is the contract (a reduced argument differed by up to 2x)."""
+    reflect = _lt(x, 0.5)
+    w = _where(reflect, _sub(1.0, x), x)
+    acc = _v(0.0)
+    for _ in range(6):
+        acc = _add(acc, _div(1.0, _mul(w, w)))
+        w = _add(w, 1.0)
+    ixx = _div(1.0, _mul(w, w))
+    tail = _add(_add(1.0, _div(0.5, w)), _mul(ixx, _series(ixx, (1 / 42, -1 / 30, 1 / 6))))
+    acc = _add(acc, _div(tail, w))
+    sin = _unary(ops.sin, _mul(x, math.pi))
+    return _where(reflect, _sub(_div(math.pi**2, _mul(sin, sin)), acc), acc)
+
+
+@lowers(aten.digamma.default)
+def digamma(ctx, node, x):
+    x = _float_in(node, x)
+    return _finish(node, x, _digamma(x))
+
+
+@lowers(aten.polygamma.default, validator=_polygamma_ok)
+def polygamma(ctx, node, n, x):
+    x = _float_in(node, x)
+    return _finish(node, x, _digamma(x) if n == 0 else _trigamma(x))
+
+
+# ----------------------------------------------------------------------------- error function family
+
+
+@lowers(aten.erfinv.default)
+def erfinv(ctx, node, x):
+    # Giles' approximation alone is within 2.3e-7 of the true value: no Newton step on
+    # erf(y) = x, since the plugin's Erf is off by ~5e-7 relative at 0.5 and gives 0 below
+    # ~5e-8 (a step made it worse, and doubled tiny inputs).
+    x = _float_in(node, x)
+    a = _unary(ops.abs, x)
+    w = _unary(ops.negative, _unary(ops.log, _mul(_sub(1.0, a), _add(1.0, a))))
+    central = _series(_sub(w, 2.5), _GILES_CENTRAL)
+    tail = _series(_sub(_unary(ops.sqrt, w), 3.0), _GILES_TAIL)
+    y = _mul(x, _where(_lt(w, 5.0), central, tail))
+    y = _where(_eq(a, 1.0), _mul(x, math.inf), y)
+    return _finish(node, x, _where(_lt(1.0, a), math.nan, y))
+
+
+def _ndtri_ok(node: torch.fx.Node) -> str | None:
+    if h.meta(node.args[0]).dtype in (torch.float16, torch.bfloat16):
+        return "torch has no 16-bit ndtri: PyTorch raises its error"
+    return None
+
+
+@lowers(aten.special_ndtri.default, validator=_ndtri_ok)
+def ndtri(ctx, node, p):
+    p = _float_in(node, p)
+    e2 = math.exp(-2)
+    upper = _lt(1.0 - e2, p)
+    q = _where(upper, _sub(1.0, p), p)  # the smaller tail, exactly
+    c = _sub(q, 0.5)
+    c2 = _mul(c, c)
+    central = _mul(
+        _add(c, _mul(c, _div(_mul(c2, _series(c2, _NDTRI_P0)), _series(c2, _NDTRI_Q0)))), math.sqrt(2 * math.pi)
+    )
+    t = _unary(ops.sqrt, _mul(-2.0, _unary(ops.log, q)))
+    u = _div(1.0, t)
+    near = _div(_mul(u, _series(u, _NDTRI_P1)), _series(u, _NDTRI_Q1))
+    far = _div(_mul(u, _series(u, _NDTRI_P2)), _series(u, _NDTRI_Q2))
+    tail = _sub(_sub(t, _div(_unary(ops.log, t), t)), _where(_lt(t, 8.0), near, far))
+    tail = _where(upper, tail, _unary(ops.negative, tail))
+    y = _where(_lt(e2, q), central, tail)  # Cephes' branches, boundaries included
+    y = _where(_eq(p, 0.0), -math.inf, _where(_eq(p, 1.0), math.inf, y))
+    outside = ops.logical_or(_lt(p, 0.0), _lt(1.0, p)).output(0)
+    return _finish(node, p, _where(outside, math.nan, y))
+
+
+# ----------------------------------------------------------------------------- Bessel functions
+
+
+def _bessel(x: ov.Output, small: Sequence[float], large: Sequence[float], order: int, scaled: bool) -> ov.Output:
+    """I0/I1 (``order``), times exp(-|x|) with ``scaled``, as Cephes: a Chebyshev series on
+    [0, 8] and one in 32/|x| - 2 beyond, divided by sqrt(|x|). Unscaled, exp(|x|) multiplies
+    first, so the result overflows to inf where torch's does."""
+    a = _unary(ops.abs, x)
+    inner = _unary(lambda v: ops.minimum(v, _v(8.0)), a)
+    outer = _unary(lambda v: ops.maximum(v, _v(8.0)), a)
+    near = _series(_sub(_mul(inner, 0.5), 2.0), small, chebyshev=True)
+    if order == 1:
+        near = _mul(near, a)
+    far_series = _series(_sub(_div(32.0, outer), 2.0), large, chebyshev=True)
+    if scaled:
+        far = _div(far_series, _unary(ops.sqrt, outer))
+    else:
+        # exp(|x|) as exp(|x|/2)^2, applied last: the plugin's Exp overflows from about 88.4,
+        # below f32's limit (torch's exp(88.7) * series is finite).
+        half = _unary(ops.exp, _mul(a, 0.5))
+        near = _mul(_mul(half, near), half)
+        far = _mul(_mul(half, _div(far_series, _unary(ops.sqrt, outer))), half)
+        # torch's exp(|x|) is inf past this (the largest f32 whose exp is finite), and so is I.
+        far = _where(_lt(_EXP_MAX, a), _mul(far, math.inf), far)
+    y = _where(_lt(8.0, a), far, near)
+    if order == 1:  # odd
+        y = _where(_lt(x, 0.0), _unary(ops.negative, y), y)
+    return y
+
+
+@lowers(aten.i0.default)
+def i0(ctx, node, x):
+    x = _float_in(node, x)
+    return _finish(node, x, _bessel(x, _I0E_A, _I0E_B, 0, scaled=False))
+
+
+@lowers(aten.special_i0e.default)
+def i0e(ctx, node, x):
+    x = _float_in(node, x)
+    return _finish(node, x, _bessel(x, _I0E_A, _I0E_B, 0, scaled=True))
+
+
+@lowers(aten.special_i1.default)
+def i1(ctx, node, x):
+    x = _float_in(node, x)
+    return _finish(node, x, _bessel(x, _I1E_A, _I1E_B, 1, scaled=False))
+
+
+@lowers(aten.special_i1e.default)
+def i1e(ctx, node, x):
+    x = _float_in(node, x)
+    return _finish(node, x, _bessel(x, _I1E_A, _I1E_B, 1, scaled=True))

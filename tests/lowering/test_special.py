@@ -1,0 +1,123 @@
+"""lgamma, digamma, polygamma (orders 0 and 1), erfinv, ndtri and i0/i0e/i1/i1e on OpenVINO
+against eager PyTorch.
+
+Expectations come from eager on the same inputs: wide magnitudes, negatives, points next to
+poles and zeros, and the special values (NaN, infinities, signed zeros, poles, the ends of
+the domains). 16-bit inputs compute in f32 in both, so they may differ by one rounding of the
+result.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import assert_all_on_openvino, run_fxvino
+
+pytestmark = pytest.mark.numerics
+
+NAN, INF = float("nan"), float("inf")
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _real_line() -> torch.Tensor:
+    """Magnitudes 1e-6..1e6 of both signs, a dense sweep of [-20, 12] (crossing every pole and
+    zero there), points next to the negative integers, huge values and the special values."""
+    mag = torch.logspace(-6, 6, 200)
+    sweep = torch.linspace(-20, 12, 2001)
+    poles = torch.arange(-10.0, 1.0)
+    near = torch.cat([poles + 1e-3, poles - 1e-3, poles + 0.5])
+    special = torch.tensor([NAN, INF, -INF, 0.0, -0.0, 1.0, 2.0, 1e20, -1e20, 3e36, 1e37, -1e30, -1000.3])
+    return torch.cat([mag, -mag, sweep, near, poles, special])
+
+
+def _unit_interval() -> torch.Tensor:
+    """(-1, 1) densely, values next to +-1 and 0, and the ends and outside of the domain."""
+    inside = torch.rand(2000, generator=_gen()) * 2 - 1
+    edges = 1 - torch.logspace(-7, -1, 50)
+    special = torch.tensor([1.0, -1.0, 0.0, -0.0, 1.5, -2.0, INF, -INF, NAN, 1e-30, -1e-8, 3e-7])
+    return torch.cat([inside, edges, -edges, torch.logspace(-30, -1, 50), special])
+
+
+def _probabilities() -> torch.Tensor:
+    """(0, 1) densely, both tails down to 1e-38 and 1 - 6e-8, the ends and outside."""
+    inside = torch.rand(2000, generator=_gen(1))
+    tails = torch.logspace(-38, -1, 200)
+    special = torch.tensor([0.0, 1.0, 0.5, -0.1, 1.1, INF, -INF, NAN, 0.1353352832366127, 0.8646647167633873])
+    return torch.cat([inside, tails, 1 - torch.logspace(-7, -1, 50), special])
+
+
+def _bessel_line() -> torch.Tensor:
+    """Both signs through the two Chebyshev ranges (joined at 8), up to and past exp's overflow."""
+    sweep = torch.linspace(-100, 100, 4001)
+    mag = torch.logspace(-8, 10, 200)
+    special = torch.tensor([8.0, -8.0, 88.72, 88.73, -88.73, 0.0, -0.0, INF, -INF, NAN])
+    return torch.cat([sweep, mag, -mag, special])
+
+
+# (function, aten op, inputs, rtol, atol) of float32 cases; see each tolerance's reason.
+CASES = {
+    # The shift to [3/2, 5/2] keeps relative accuracy at the zeros 1 and 2; the zeros on the
+    # negative axis (x ~ -2.457, -3.143, ...) come out of the reflection as a difference of
+    # ~1 values, so there only ~1e-7 absolute holds (eager's glibc treats them specially).
+    "lgamma": (torch.lgamma, "aten.lgamma.default", _real_line, 1e-5, 1e-6),
+    # Eager's float digamma itself subtracts sums near its zero at 1.4616 and the negative zeros,
+    # losing ~1e-7 absolute there; both compute it the same way.
+    "digamma": (torch.digamma, "aten.digamma.default", _real_line, 1e-5, 1e-6),
+    "polygamma0": (lambda x: torch.polygamma(0, x), "aten.polygamma.default", _real_line, 1e-5, 1e-6),
+    # Trigamma is positive and has no zeros: relative only.
+    "polygamma1": (lambda x: torch.polygamma(1, x), "aten.polygamma.default", _real_line, 1e-5, 0.0),
+    # erfinv(0) = 0: the absolute part covers results below 1e-7 (a few of their ulps).
+    "erfinv": (torch.erfinv, "aten.erfinv.default", _unit_interval, 1e-6, 1e-12),
+    # ndtri crosses 0 at p = 1/2, where p - 1/2 carries an ulp of 1/2 (6e-8).
+    "ndtri": (torch.special.ndtri, "aten.special_ndtri.default", _probabilities, 1e-6, 2e-7),
+    "i0": (torch.i0, "aten.i0.default", _bessel_line, 2e-6, 0.0),
+    "i0e": (torch.special.i0e, "aten.special_i0e.default", _bessel_line, 2e-6, 0.0),
+    # i1(0) = 0: odd, relative accuracy down to the smallest inputs.
+    "i1": (torch.special.i1, "aten.special_i1.default", _bessel_line, 2e-6, 0.0),
+    "i1e": (torch.special.i1e, "aten.special_i1e.default", _bessel_line, 2e-6, 0.0),
+}
+
+
+def _check(name: str, x: torch.Tensor, rtol: float, atol: float) -> None:
+    fn, op, _, _, _ = CASES[name]
+    out, report = run_fxvino(fn, x, fullgraph=True)
+    assert_all_on_openvino(report, ops=(op,))
+    torch.testing.assert_close(out, fn(x), equal_nan=True, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_float32(name: str):
+    _, _, inputs, rtol, atol = CASES[name]
+    _check(name, inputs(), rtol, atol)
+
+
+# One rounding of an f32 result to 16 bits may land on the other neighbour: 1 ulp (a relative
+# 2^-10 and 2^-7); the absolute part covers results near a zero, where the f32 difference above
+# is large relative to them.
+SIXTEEN_BIT = {torch.float16: (1e-3, 1e-5), torch.bfloat16: (8e-3, 1e-4)}
+
+
+@pytest.mark.parametrize("dtype", list(SIXTEEN_BIT), ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("name", [n for n in CASES if n != "ndtri"])  # eager has no 16-bit ndtri
+def test_sixteen_bit(name: str, dtype: torch.dtype):
+    inputs = CASES[name][2]().to(dtype)
+    if name in ("lgamma", "digamma", "polygamma0", "polygamma1", "i0", "i1"):
+        inputs = inputs.clamp(-60, 60)  # beyond, the results overflow f16 alike
+    _check(name, inputs, *SIXTEEN_BIT[dtype])
+
+
+@pytest.mark.parametrize("name", ["lgamma", "digamma", "i0", "i1e"])
+def test_integer_input_promotes_to_float(name: str):
+    _, _, _, rtol, atol = CASES[name]
+    _check(name, torch.arange(-12, 40), rtol, atol)
+
+
+def test_polygamma_higher_order_declined():
+    x = torch.linspace(0.5, 4, 8)
+    out, report = run_fxvino(lambda t: torch.polygamma(2, t), x)
+    assert report.torch_ops.get("aten.polygamma.default", 0) > 0, str(report)
+    torch.testing.assert_close(out, torch.polygamma(2, x))
