@@ -103,14 +103,6 @@ def rsqrt(ctx, node, x):
     return ops.divide(h.const(1, h.out_dtype(node)), ops.sqrt(x)).output(0)
 
 
-@lowers(aten.erfc.default)
-def erfc(ctx, node, x):
-    # 1 - erf(x): absolute error ~1e-7, so for x > ~4 the tiny true value is lost (as in float32 eager
-    # for x > ~9, where erfc underflows anyway).
-    (x,) = h.to_out(node, x)
-    return ops.subtract(h.const(1.0, h.dtype_of(x)), ops.erf(x)).output(0)
-
-
 @lowers(aten.reciprocal.default)
 def reciprocal(ctx, node, x):
     (x,) = h.to_out(node, x)

@@ -1,5 +1,5 @@
-"""Special functions: lgamma, digamma, polygamma (orders 0 and 1), erfinv, ndtri and the
-modified Bessel functions i0/i0e/i1/i1e.
+"""Special functions: lgamma, digamma, polygamma (orders 0 and 1), erfc, erfcx, erfinv, ndtri
+and the modified Bessel functions i0/i0e/i1/i1e.
 
 OpenVINO has none of them, so each is built of elementwise arithmetic in f32 (16-bit inputs
 widen to it, as torch's CPU kernels do): a recurrence or reflection into the range where a
@@ -74,6 +74,13 @@ _NDTRI_P2 = (3.23774891776946035970, 6.91522889068984211695, 3.93881025292474443
 _NDTRI_Q2 = (1.0, 6.02427039364742014255, 3.67983563856160859403, 1.37702099489081330271,
              0.216236993594496635890, 1.34204006088543189037e-2, 3.28014464682127739104e-4,
              2.89247864745380683936e-6, 6.79019408009981274425e-9)  # fmt: skip
+
+# Cephes ndtrf.c erfcf: erfc(x) = exp(-x^2) / x * P(1/x^2) for 1 <= x < 2, R(1/x^2) from 2 on.
+_ERFC_P = (2.326819970068386e-2, -1.387039388740657e-1, 3.687424674597105e-1, -5.824733027278666e-1,
+           6.210004621745983e-1, -4.944515323274145e-1, 3.404879937665872e-1, -2.741127028184656e-1,
+           5.638259427386472e-1)  # fmt: skip
+_ERFC_R = (-1.047766399936249e1, 1.297719955372516e1, -7.495518717768503, 2.921019019210786,
+           -1.015265279202700, 4.218463358204948e-1, -2.820767439740514e-1, 5.641895067754075e-1)  # fmt: skip
 
 _EXP_MAX = 88.72283172607422
 
@@ -182,6 +189,13 @@ def _frac_round(x: ov.Output) -> ov.Output:
     return _sub(x, ops.round(x, "half_to_even"))
 
 
+def _no_16_bit(node: torch.fx.Node) -> str | None:
+    """For the ops eager has no 16-bit kernel of: PyTorch runs them and raises its error."""
+    if h.meta(node.args[0]).dtype in (torch.float16, torch.bfloat16):
+        return "torch has no 16-bit kernel of it: PyTorch raises its error"
+    return None
+
+
 # ----------------------------------------------------------------------------- gamma family
 
 
@@ -280,6 +294,53 @@ def polygamma(ctx, node, n, x):
 # ----------------------------------------------------------------------------- error function family
 
 
+def _exp_neg_square(a: ov.Output) -> ov.Output:
+    """``exp(-a^2)`` without f32's rounding of ``a^2`` (Cephes expx2): ``a = m + f`` with ``m`` a
+    multiple of 1/64, whose square is exact, and the small rest ``2 m f + f^2`` exponentiated
+    apart. ``-a*a`` rounded first is off by ``a^2`` ulps of the result (5e-6 relative at 9)."""
+    m = _mul(ops.floor(_add(_mul(a, 64.0), 0.5)), 1 / 64)
+    f = _sub(a, m)
+    rest = _add(_mul(_mul(m, 2.0), f), _mul(f, f))
+    return _mul(_unary(ops.exp, _unary(ops.negative, _mul(m, m))), _unary(ops.exp, _unary(ops.negative, rest)))
+
+
+def _erfc_tail(a: ov.Output) -> ov.Output:
+    """``erfc(a) * exp(a^2)`` for ``a >= 1`` (the scaled tail; inputs below 1 are clamped)."""
+    a = _unary(lambda v: ops.maximum(v, _v(1.0)), a)
+    q = _div(1.0, a)
+    y = _mul(q, q)
+    return _mul(q, _where(_lt(a, 2.0), _series(y, _ERFC_P), _series(y, _ERFC_R)))
+
+
+@lowers(aten.erfc.default)
+def erfc(ctx, node, x):
+    """``1 - erf`` below 1 (at least 0.157 there, so the subtraction loses nothing); Cephes' scaled
+    tail above, where ``1 - erf`` kept nothing of a value below ~1e-7 (erfc(5) gave 0, torch
+    1.54e-12); ``2 - erfc(-x)`` for negative ``x``."""
+    x = _float_in(node, x)
+    a = _unary(ops.abs, x)
+    # erfc is below f32's smallest normal from ~9.2 on: clamping keeps infinities out of the split.
+    far = _unary(lambda v: ops.minimum(v, _v(10.5)), a)
+    tail = _mul(_exp_neg_square(far), _erfc_tail(far))
+    positive = _where(_lt(a, 1.0), _sub(1.0, _unary(ops.erf, a)), tail)
+    y = _where(_lt(x, 0.0), _sub(2.0, positive), positive)
+    return _finish(node, x, y)
+
+
+@lowers(aten.special_erfcx.default, validator=_no_16_bit)
+def erfcx(ctx, node, x):
+    """``exp(x^2) erfc(x)``: the scaled tail itself from 1 on (no exponential to overflow), and
+    ``exp(x^2) (1 - erf(x))`` below; ``2 exp(x^2) - erfcx(-x)`` for negative ``x`` (inf from
+    about -9.4, as torch's)."""
+    x = _float_in(node, x)
+    a = _unary(ops.abs, x)
+    square = _mul(a, a)
+    near = _mul(_unary(ops.exp, square), _sub(1.0, _unary(ops.erf, a)))
+    positive = _where(_lt(a, 1.0), near, _erfc_tail(a))
+    y = _where(_lt(x, 0.0), _sub(_mul(_unary(ops.exp, square), 2.0), positive), positive)
+    return _finish(node, x, _where(_eq(x, math.inf), 0.0, y))
+
+
 @lowers(aten.erfinv.default)
 def erfinv(ctx, node, x):
     # Giles' approximation alone is within 2.3e-7 of the true value: no Newton step on
@@ -295,13 +356,7 @@ def erfinv(ctx, node, x):
     return _finish(node, x, _where(_lt(1.0, a), math.nan, y))
 
 
-def _ndtri_ok(node: torch.fx.Node) -> str | None:
-    if h.meta(node.args[0]).dtype in (torch.float16, torch.bfloat16):
-        return "torch has no 16-bit ndtri: PyTorch raises its error"
-    return None
-
-
-@lowers(aten.special_ndtri.default, validator=_ndtri_ok)
+@lowers(aten.special_ndtri.default, validator=_no_16_bit)
 def ndtri(ctx, node, p):
     p = _float_in(node, p)
     e2 = math.exp(-2)
@@ -360,6 +415,11 @@ def i0(ctx, node, x):
     return _finish(node, x, _bessel(x, _I0E_A, _I0E_B, 0, scaled=False))
 
 
+@lowers(aten.special_modified_bessel_i0.default, validator=_no_16_bit)
+def modified_bessel_i0(ctx, node, x):
+    return i0(ctx, node, x)
+
+
 @lowers(aten.special_i0e.default)
 def i0e(ctx, node, x):
     x = _float_in(node, x)
@@ -370,6 +430,11 @@ def i0e(ctx, node, x):
 def i1(ctx, node, x):
     x = _float_in(node, x)
     return _finish(node, x, _bessel(x, _I1E_A, _I1E_B, 1, scaled=False))
+
+
+@lowers(aten.special_modified_bessel_i1.default, validator=_no_16_bit)
+def modified_bessel_i1(ctx, node, x):
+    return i1(ctx, node, x)
 
 
 @lowers(aten.special_i1e.default)
