@@ -1,5 +1,5 @@
-"""lgamma, digamma, polygamma (orders 0 and 1), erfinv, ndtri and i0/i0e/i1/i1e on OpenVINO
-against eager PyTorch.
+"""lgamma, digamma, polygamma (orders 0 and 1), erfinv, ndtri, i0/i0e/i1/i1e, the Bessel
+functions j0/j1/y0/y1/spherical j0 and k0/k1 (plain and scaled) on OpenVINO against eager PyTorch.
 
 Expectations come from eager on the same inputs: wide magnitudes, negatives, points next to
 poles and zeros, and the special values (NaN, infinities, signed zeros, poles, the ends of
@@ -8,6 +8,8 @@ result.
 """
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -58,6 +60,19 @@ def _bessel_line() -> torch.Tensor:
     return torch.cat([sweep, mag, -mag, special])
 
 
+def _bessel_kinds_line() -> torch.Tensor:
+    """Both signs through the range joins (2 for K, 5 for J and Y, 8 for the I inside K), the
+    first zeros of J and Y, K's results through f32's subnormals (~87 to ~104), around 1e3 and
+    1e6 (the Hankel forms' phases), magnitudes 1e-30..1e38 and the special values. No subnormal
+    inputs: the plugin may flush them to zero, and Y and K are unbounded there."""
+    sweep = torch.linspace(-110, 110, 4401)
+    joins = torch.cat([torch.linspace(c - 0.01, c + 0.01, 101) for c in (2.0, 5.0, 8.0)])
+    mag = torch.logspace(-30, 38, 300)
+    far = torch.cat([1e3 + torch.rand(200, generator=_gen(2)) * 10, 1e6 + torch.rand(200, generator=_gen(3)) * 100])
+    special = torch.tensor([NAN, INF, -INF, 0.0, -0.0, 2.0, 5.0, -5.0, 8.0, 1e-5, 1e20, 3e38, -3e38])
+    return torch.cat([sweep, joins, mag, -mag, far, -far, special])
+
+
 def _erfc_line() -> torch.Tensor:
     """Both signs through 1 and 2 (Cephes' range joins) up to where erfc leaves f32's normal
     range (~9.2: the plugin flushes subnormal results), tiny and huge inputs, the specials."""
@@ -106,6 +121,73 @@ CASES = {
     # i1(0) = 0: odd, relative accuracy down to the smallest inputs.
     "i1": (torch.special.i1, "aten.special_i1.default", _bessel_line, 2e-6, 0.0),
     "i1e": (torch.special.i1e, "aten.special_i1e.default", _bessel_line, 2e-6, 0.0),
+    # J and Y oscillate: near their zeros the f32 cancellation (eager's as ours) leaves a few
+    # ulps of the amplitude, so they are compared in units of it (AMPLITUDES); ~1e-6 relative
+    # elsewhere, Y's zeros below 5 included (its log term cancels the rational part there).
+    "bessel_j0": (torch.special.bessel_j0, "aten.special_bessel_j0.default", _bessel_kinds_line, 2e-6, 1e-6),
+    "bessel_j1": (torch.special.bessel_j1, "aten.special_bessel_j1.default", _bessel_kinds_line, 2e-6, 1e-6),
+    "bessel_y0": (torch.special.bessel_y0, "aten.special_bessel_y0.default", _bessel_kinds_line, 2e-6, 1e-6),
+    "bessel_y1": (torch.special.bessel_y1, "aten.special_bessel_y1.default", _bessel_kinds_line, 2e-6, 1e-6),
+    "spherical_bessel_j0": (
+        torch.special.spherical_bessel_j0,
+        "aten.special_spherical_bessel_j0.default",
+        _bessel_kinds_line,
+        2e-6,
+        1e-6,
+    ),
+    # K has no zeros; its results below f32's smallest normal (unscaled, from ~87) are
+    # subnormal in eager and may be flushed to 0 by the plugin: the absolute part covers them.
+    "modified_bessel_k0": (
+        torch.special.modified_bessel_k0,
+        "aten.special_modified_bessel_k0.default",
+        _bessel_kinds_line,
+        2e-6,
+        2**-126,
+    ),
+    "modified_bessel_k1": (
+        torch.special.modified_bessel_k1,
+        "aten.special_modified_bessel_k1.default",
+        _bessel_kinds_line,
+        2e-6,
+        2**-126,
+    ),
+    "scaled_modified_bessel_k0": (
+        torch.special.scaled_modified_bessel_k0,
+        "aten.special_scaled_modified_bessel_k0.default",
+        _bessel_kinds_line,
+        2e-6,
+        0.0,
+    ),
+    "scaled_modified_bessel_k1": (
+        torch.special.scaled_modified_bessel_k1,
+        "aten.special_scaled_modified_bessel_k1.default",
+        _bessel_kinds_line,
+        2e-6,
+        0.0,
+    ),
+}
+
+
+def _hankel_amplitude(x: torch.Tensor) -> torch.Tensor:
+    """sqrt(2 / (pi |x|)), the amplitude J and Y decay with, at most 1; 1 at non-finite x."""
+    a = x.float().abs()
+    return torch.where(a.isfinite(), torch.sqrt(2 / (math.pi * a)).clamp(max=1.0), 1.0)
+
+
+def _sinc_amplitude(x: torch.Tensor) -> torch.Tensor:
+    """1 / |x|, spherical j0's, at most 1; 1 at non-finite x."""
+    a = x.float().abs()
+    return torch.where(a.isfinite(), (1 / a).clamp(max=1.0), 1.0)
+
+
+# The oscillating functions' results and expectations are divided by their amplitude (or their
+# own magnitude, where larger) before comparing: atol is then in units of it at every x.
+AMPLITUDES = {
+    "bessel_j0": _hankel_amplitude,
+    "bessel_j1": _hankel_amplitude,
+    "bessel_y0": _hankel_amplitude,
+    "bessel_y1": _hankel_amplitude,
+    "spherical_bessel_j0": _sinc_amplitude,
 }
 
 
@@ -113,7 +195,11 @@ def _check(name: str, x: torch.Tensor, rtol: float, atol: float) -> None:
     fn, op, _, _, _ = CASES[name]
     out, report = run_fxvino(fn, x, fullgraph=True)
     assert_all_on_openvino(report, ops=(op,))
-    torch.testing.assert_close(out, fn(x), equal_nan=True, rtol=rtol, atol=atol)
+    expected = fn(x)
+    if name in AMPLITUDES:
+        scale = torch.maximum(AMPLITUDES[name](x), expected.abs().nan_to_num(nan=0.0, posinf=1.0))
+        out, expected = out / scale, expected / scale
+    torch.testing.assert_close(out, expected, equal_nan=True, rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -129,7 +215,21 @@ SIXTEEN_BIT = {torch.float16: (1e-3, 1e-5), torch.bfloat16: (8e-3, 1e-4)}
 
 
 # Eager has no 16-bit kernel of these (fxvino leaves them to PyTorch, which raises).
-NO_16_BIT = ("ndtri", "erfcx", "modified_bessel_i0", "modified_bessel_i1")
+NO_16_BIT = (
+    "ndtri",
+    "erfcx",
+    "modified_bessel_i0",
+    "modified_bessel_i1",
+    "bessel_j0",
+    "bessel_j1",
+    "bessel_y0",
+    "bessel_y1",
+    "spherical_bessel_j0",
+    "modified_bessel_k0",
+    "modified_bessel_k1",
+    "scaled_modified_bessel_k0",
+    "scaled_modified_bessel_k1",
+)
 
 
 @pytest.mark.parametrize("dtype", list(SIXTEEN_BIT), ids=["float16", "bfloat16"])
@@ -141,7 +241,10 @@ def test_sixteen_bit(name: str, dtype: torch.dtype):
     _check(name, inputs, *SIXTEEN_BIT[dtype])
 
 
-@pytest.mark.parametrize("name", ["lgamma", "digamma", "i0", "i1e"])
+@pytest.mark.parametrize(
+    "name",
+    ["lgamma", "digamma", "i0", "i1e", *(n for n in CASES if "bessel_j" in n or "bessel_y" in n or "bessel_k" in n)],
+)
 def test_integer_input_promotes_to_float(name: str):
     _, _, _, rtol, atol = CASES[name]
     _check(name, torch.arange(-12, 40), rtol, atol)

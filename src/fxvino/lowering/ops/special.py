@@ -1,5 +1,6 @@
-"""Special functions: lgamma, digamma, polygamma (orders 0 and 1), erfc, erfcx, erfinv, ndtri
-and the modified Bessel functions i0/i0e/i1/i1e.
+"""Special functions: lgamma, digamma, polygamma (orders 0 and 1), erfc, erfcx, erfinv, ndtri,
+the Bessel functions j0/j1/y0/y1 and spherical j0, and the modified Bessel functions
+i0/i0e/i1/i1e and k0/k1 (plain and exponentially scaled).
 
 OpenVINO has none of them, so each is built of elementwise arithmetic in f32 (16-bit inputs
 widen to it, as torch's CPU kernels do): a recurrence or reflection into the range where a
@@ -111,6 +112,84 @@ _I1E_B = (
     -3.83538038596423702205e-9, -2.63146884688951950684e-8, -2.51223623787020892529e-7, -3.88256480887769039346e-6,
     -1.10588938762623716291e-4, -9.76109749136146840777e-3, 7.78576235018280120474e-1,
 )  # fmt: skip
+
+# Cephes j0.c / j1.c, as torch's Math.h evaluates them. Below 5, J0 = (z - r1^2)(z - r2^2) RP/RQ
+# and J1 = x (z - r1^2)(z - r2^2) RP/RQ in z = x^2, the first two zeros r factored out;
+# Y0 = YP/YQ + (2/pi) log(x) J0 and Y1 = x YP/YQ + (2/pi) (J1 log(x) - 1/x). From 5 on, the
+# Hankel forms sqrt(2/(pi x)) (P cos(x - phase) - (5/x) Q sin(x - phase)) (Y: P sin + (5/x) Q cos)
+# with P = PP/PQ and Q = QP/QQ in 25/x^2. torch's loops leave out the leading 1 of Cephes'
+# monic denominators (RQ, YQ, QQ): up to 2.4e-6 of the amplitude from the true functions just
+# above 5. Eager's value is the contract, so these are torch's polynomials, highest degree first.
+_J0_ZEROS_SQ = (5.78318596294678452118, 30.4712623436620863991)
+_J0_RP = (-4.79443220978201773821e9, 1.95617491946556577543e12, -2.49248344360967716204e14,
+          9.70862251047306323952e15)  # fmt: skip
+_J0_RQ = (4.99563147152651017219e2, 1.73785401676374683123e5, 4.84409658339962045305e7,
+          1.11855537045356834862e10, 2.11277520115489217587e12, 3.10518229857422583814e14,
+          3.18121955943204943306e16, 1.71086294081043136091e18)  # fmt: skip
+_Y0_P = (1.55924367855235737965e4, -1.46639295903971606143e7, 5.43526477051876500413e9,
+         -9.82136065717911466409e11, 8.75906394395366999549e13, -3.46628303384729719441e15,
+         4.42733268572569800351e16, -1.84950800436986690637e16)  # fmt: skip
+_Y0_Q = (1.04128353664259848412e3, 6.26107330137134956842e5, 2.68919633393814121987e8,
+         8.64002487103935000337e10, 2.02979612750105546709e13, 3.17157752842975028269e15,
+         2.50596256172653059228e17)  # fmt: skip
+_J1_ZEROS_SQ = (14.6819706421238932572, 49.2184563216946036703)
+_J1_RP = (-8.99971225705559398224e8, 4.52228297998194034323e11, -7.27494245221818276015e13,
+          3.68295732863852883286e15)  # fmt: skip
+_J1_RQ = (6.20836478118054335476e2, 2.56987256757748830383e5, 8.35146791431949253037e7,
+          2.21511595479792499675e10, 4.74914122079991414898e12, 7.84369607876235854894e14,
+          8.95222336184627338078e16, 5.32278620332680085395e18)  # fmt: skip
+_Y1_P = (1.26320474790178026440e9, -6.47355876379160291031e11, 1.14509511541823727583e14,
+         -8.12770255501325109621e15, 2.02439475713594898196e17, -7.78877196265950026825e17)  # fmt: skip
+_Y1_Q = (5.94301592346128195359e2, 2.35564092943068577943e5, 7.34811944459721705660e7,
+         1.87601316108706159478e10, 3.88231277496238566008e12, 6.20557727146953693363e14,
+         6.87141087355300489866e16, 3.97270608116560655612e18)  # fmt: skip
+# (PP, PQ, QP, QQ) of the Hankel forms, by order.
+_JY_FAR = {
+    0: (
+        (7.96936729297347051624e-4, 8.28352392107440799803e-2, 1.23953371646414299388, 5.44725003058768775090,
+         8.74716500199817011941, 5.30324038235394892183, 9.99999999999999997821e-1),
+        (9.24408810558863637013e-4, 8.56288474354474431428e-2, 1.25352743901058953537, 5.47097740330417105182,
+         8.76190883237069594232, 5.30605288235394617618, 1.00000000000000000218),
+        (-1.13663838898469149931e-2, -1.28252718670509318512, -1.95539544257735972385e1, -9.32060152123768231369e1,
+         -1.77681167980488050595e2, -1.47077505154951170175e2, -5.14105326766599330220e1, -6.05014350600728481186),
+        (6.43178256118178023184e1, 8.56430025976980587198e2, 3.88240183605401609683e3, 7.24046774195652478189e3,
+         5.93072701187316984827e3, 2.06209331660327847417e3, 2.42005740240291393179e2),
+    ),
+    1: (
+        (7.62125616208173112003e-4, 7.31397056940917570436e-2, 1.12719608129684925192, 5.11207951146807644818,
+         8.42404590141772420927, 5.21451598682361504063, 1.00000000000000000254),
+        (5.71323128072548699714e-4, 6.88455908754495404082e-2, 1.10514232634061696926, 5.07386386128601488557,
+         8.39985554327604159757, 5.20982848682361821619, 9.99999999999999997461e-1),
+        (5.10862594750176621635e-2, 4.98213872951233449420, 7.58238284132545283818e1, 3.66779609360150777800e2,
+         7.10856304998926107277e2, 5.97489612400613639965e2, 2.11688757100572135698e2, 2.52070205858023719784e1),
+        (7.42373277035675149943e1, 1.05644886038262816351e3, 4.98641058337653607651e3, 9.56231892404756170795e3,
+         7.99704160447350683650e3, 2.82619278517639096600e3, 3.36093607810698293419e2),
+    ),
+}  # fmt: skip
+
+# Cephes k0.c / k1.c Chebyshev coefficients, by order: of K + (-1)^n log(x/2) In(x) (times x
+# for K1) on (0, 2] in x^2 - 2, and of sqrt(x) exp(x) K on (2, inf) in 8/x - 2; terms below
+# 1e-11 left out, as above.
+_K_NEAR = {
+    0: (1.03496952576338420167e-11, 1.90451637722020886025e-9, 2.53479107902614945675e-7,
+        2.28621210311945178607e-5, 1.26461541144692592338e-3, 3.59799365153615016266e-2,
+        3.44289899924628486886e-1, -5.35327393233902768720e-1),
+    1: (-1.41148839263352776110e-10, -2.21338763073472585583e-8, -2.43340614156596823496e-6,
+        -1.73028895751305206302e-4, -6.97572385963986435018e-3, -1.22611180822657148235e-1,
+        -3.53155960776544875667e-1, 1.52530022733894777053),
+}  # fmt: skip
+_K_FAR = {
+    0: (1.85594911495471785253e-11, -7.95748924447710747776e-11, 3.57739728140030116597e-10,
+        -1.69753450938905987466e-9, 8.57403401741422608519e-9, -4.66048989768794782956e-8,
+        2.76681363944501510342e-7, -1.83175552271911948767e-6, 1.39498137188764993662e-5,
+        -1.28495495816278026384e-4, 1.56988388573005337491e-3, -3.14481013119645005427e-2,
+        2.44030308206595545468),
+    1: (-2.12996783842756842877e-11, 9.21831518760500529508e-11, -4.19035475934189648750e-10,
+        2.01504975519703286596e-9, -1.03457624656780970260e-8, 5.74108412545004946722e-8,
+        -3.50196060308781257119e-7, 2.40648494783721712015e-6, -1.93619797416608296024e-5,
+        1.95215518471351631108e-4, -2.85781685962277938680e-3, 1.03923736576817238437e-1,
+        2.72062619048444266945),
+}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- building blocks
@@ -441,3 +520,136 @@ def modified_bessel_i1(ctx, node, x):
 def i1e(ctx, node, x):
     x = _float_in(node, x)
     return _finish(node, x, _bessel(x, _I1E_A, _I1E_B, 1, scaled=True))
+
+
+def _j_near(x: ov.Output, order: int) -> ov.Output:
+    """J0/J1 of ``|x| <= 5`` (clamped there by the caller), in torch's order of operations; J1
+    from ``x`` itself, odd, so that -0 stays -0 as eager's."""
+    z = _mul(x, x)
+    if order == 1:
+        r1, r2 = _J1_ZEROS_SQ
+        ratio = _div(_series(z, _J1_RP), _series(z, _J1_RQ))
+        return _mul(_mul(_mul(ratio, x), _sub(z, r1)), _sub(z, r2))
+    r1, r2 = _J0_ZEROS_SQ
+    y = _div(_mul(_mul(_sub(z, r1), _sub(z, r2)), _series(z, _J0_RP)), _series(z, _J0_RQ))
+    return _where(_lt(_unary(ops.abs, x), 1e-5), _sub(1.0, _div(z, 4.0)), y)
+
+
+def _jy_far(a: ov.Output, order: int, second_kind: bool) -> ov.Output:
+    """J or Y (``second_kind``) of ``order`` for ``a >= 5`` (clamped there by the caller): the
+    Hankel forms, the sine and cosine of the f32 ``a - phase`` as eager's (the plugin's Sin and
+    Cos reduce large arguments exactly)."""
+    pp, pq, qp, qq = _JY_FAR[order]
+    five = _div(5.0, a)
+    z = _div(25.0, _mul(a, a)) if order == 0 else _mul(five, five)
+    p = _div(_series(z, pp), _series(z, pq))
+    q = _mul(five, _div(_series(z, qp), _series(z, qq)))
+    phase = _sub(a, (2 * order + 1) * math.pi / 4)
+    sin, cos = _unary(ops.sin, phase), _unary(ops.cos, phase)
+    y = _add(_mul(p, sin), _mul(q, cos)) if second_kind else _sub(_mul(p, cos), _mul(q, sin))
+    return _div(_mul(y, math.sqrt(2 / math.pi)), _unary(ops.sqrt, a))
+
+
+def _bessel_j(x: ov.Output, order: int) -> ov.Output:
+    """J0 (even) or J1 (odd); NaN at the infinities, as eager's (its cosine of inf)."""
+    a = _unary(ops.abs, x)
+    near = _j_near(_unary(lambda v: ops.clamp(v, -5.0, 5.0), x), order)
+    far = _jy_far(_unary(lambda v: ops.maximum(v, _v(5.0)), a), order, second_kind=False)
+    if order == 1:
+        far = _where(_lt(x, 0.0), _unary(ops.negative, far), far)
+    y = _where(_lt(5.0, a), far, near)
+    return _where(_unary(ops.is_inf, x), math.nan, y)
+
+
+def _bessel_y(x: ov.Output, order: int) -> ov.Output:
+    """Y0 or Y1: -inf at 0 (either sign), NaN below it and at +inf, as eager's."""
+    w = _unary(lambda v: ops.minimum(v, _v(5.0)), x)
+    z, log = _mul(w, w), _unary(ops.log, w)
+    if order == 0:
+        near = _add(_div(_series(z, _Y0_P), _series(z, _Y0_Q)), _mul(_mul(log, 2 / math.pi), _j_near(w, 0)))
+    else:
+        ratio = _div(_series(z, _Y1_P), _series(z, _Y1_Q))
+        near = _add(_mul(w, ratio), _mul(_sub(_mul(_j_near(w, 1), log), _div(1.0, w)), 2 / math.pi))
+    far = _jy_far(_unary(lambda v: ops.maximum(v, _v(5.0)), x), order, second_kind=True)
+    y = _where(_lt(5.0, x), far, near)
+    y = _where(_eq(x, 0.0), -math.inf, y)
+    return _where(ops.logical_or(_lt(x, 0.0), _eq(x, math.inf)).output(0), math.nan, y)
+
+
+def _bessel_k(x: ov.Output, order: int, scaled: bool) -> ov.Output:
+    """K0 or K1, times exp(x) with ``scaled``, as Cephes: In(x) log(x/2) plus a Chebyshev
+    series up to 2, a series in 8/x - 2 over sqrt(x) beyond. Unscaled, exp(-x) multiplies as
+    exp(-x/2) twice, applied last: the plugin's Exp flushes results below f32's smallest normal
+    (from ~87.3) to 0, where eager's exp(-x) times the series is subnormal. inf at 0, NaN below."""
+    w = _unary(lambda v: ops.minimum(v, _v(2.0)), x)
+    series = _series(_sub(_mul(w, w), 2.0), _K_NEAR[order], chebyshev=True)
+    small, large = (_I0E_A, _I0E_B) if order == 0 else (_I1E_A, _I1E_B)
+    log_i = _mul(_unary(ops.log, _mul(w, 0.5)), _bessel(w, small, large, order, scaled=False))
+    near = _sub(series, log_i) if order == 0 else _add(log_i, _div(series, w))
+    v = _unary(lambda a: ops.maximum(a, _v(2.0)), x)
+    far = _div(_series(_sub(_div(8.0, v), 2.0), _K_FAR[order], chebyshev=True), _unary(ops.sqrt, v))
+    if scaled:
+        near = _mul(near, _unary(ops.exp, w))
+    else:
+        half = _unary(ops.exp, _mul(v, -0.5))
+        far = _mul(_mul(half, far), half)
+    y = _where(_lt(2.0, x), far, near)
+    y = _where(_eq(x, 0.0), math.inf, _where(_eq(x, math.inf), 0.0, y))
+    return _where(_lt(x, 0.0), math.nan, y)
+
+
+@lowers(aten.special_bessel_j0.default, validator=_no_16_bit)
+def bessel_j0(ctx, node, x):
+    x = _float_in(node, x)
+    return _finish(node, x, _bessel_j(x, 0))
+
+
+@lowers(aten.special_bessel_j1.default, validator=_no_16_bit)
+def bessel_j1(ctx, node, x):
+    x = _float_in(node, x)
+    return _finish(node, x, _bessel_j(x, 1))
+
+
+@lowers(aten.special_bessel_y0.default, validator=_no_16_bit)
+def bessel_y0(ctx, node, x):
+    x = _float_in(node, x)
+    return _finish(node, x, _bessel_y(x, 0))
+
+
+@lowers(aten.special_bessel_y1.default, validator=_no_16_bit)
+def bessel_y1(ctx, node, x):
+    x = _float_in(node, x)
+    return _finish(node, x, _bessel_y(x, 1))
+
+
+@lowers(aten.special_modified_bessel_k0.default, validator=_no_16_bit)
+def modified_bessel_k0(ctx, node, x):
+    x = _float_in(node, x)
+    return _finish(node, x, _bessel_k(x, 0, scaled=False))
+
+
+@lowers(aten.special_modified_bessel_k1.default, validator=_no_16_bit)
+def modified_bessel_k1(ctx, node, x):
+    x = _float_in(node, x)
+    return _finish(node, x, _bessel_k(x, 1, scaled=False))
+
+
+@lowers(aten.special_scaled_modified_bessel_k0.default, validator=_no_16_bit)
+def scaled_modified_bessel_k0(ctx, node, x):
+    x = _float_in(node, x)
+    return _finish(node, x, _bessel_k(x, 0, scaled=True))
+
+
+@lowers(aten.special_scaled_modified_bessel_k1.default, validator=_no_16_bit)
+def scaled_modified_bessel_k1(ctx, node, x):
+    x = _float_in(node, x)
+    return _finish(node, x, _bessel_k(x, 1, scaled=True))
+
+
+@lowers(aten.special_spherical_bessel_j0.default, validator=_no_16_bit)
+def spherical_bessel_j0(ctx, node, x):
+    """sin(x) / x; below 1/2 its Taylor series in x^2 (torch's, to x^12); 0 at the infinities."""
+    x = _float_in(node, x)
+    near = _series(_mul(x, x), [(-1) ** k / math.factorial(2 * k + 1) for k in range(6, -1, -1)])
+    y = _where(_lt(_unary(ops.abs, x), 0.5), near, _div(_unary(ops.sin, x), x))
+    return _finish(node, x, _where(_unary(ops.is_inf, x), 0.0, y))
