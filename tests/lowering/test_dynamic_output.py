@@ -115,3 +115,101 @@ def test_views_of_an_input_at_data_dependent_positions_are_real_views():
         assert a.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()  # a view, as in eager
     assert_all_on_openvino(report, partitions=None)
     assert report.ov_ops["aten.sym_storage_offset.default"] == 2, str(report)
+
+
+def _check_all(fn, *args, op: str):
+    """Every output equal to eager's (NaN in the same places), and ``op`` ran on OpenVINO."""
+    out, report = run_fxvino(fn, *args, fullgraph=True)
+    expected = fn(*args)
+    for got, want in zip(
+        out if isinstance(out, tuple) else (out,), expected if isinstance(expected, tuple) else (expected,), strict=True
+    ):
+        assert got.shape == want.shape and got.dtype == want.dtype, (got, want)
+        torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+    assert_all_on_openvino(report, partitions=None, ops=[op])
+
+
+_REPEATS = torch.tensor([[3.0, 1, float("nan"), 2], [1, float("nan"), 3, -0.0], [0.0, 2, 2, float("inf")]])
+
+
+@pytest.mark.parametrize(
+    "x, mask",
+    [
+        (torch.randn(4, 5), torch.rand(4, 5) > 0.5),
+        (torch.randn(4, 5), torch.rand(4, 1) > 0.3),  # the mask broadcasts over x
+        (torch.randn(5), torch.rand(3, 5) > 0.5),  # x broadcasts over the mask
+        (torch.tensor(2.5), torch.tensor([True, False, True])),
+        (torch.arange(6).reshape(2, 3), torch.zeros(2, 3, dtype=torch.bool)),  # nothing selected
+        (torch.randn(3, 4).to(torch.bfloat16), torch.rand(3, 4) > 0.5),
+    ],
+    ids=["same-shape", "mask-broadcasts", "x-broadcasts", "0d-x", "none", "bf16"],
+)
+def test_masked_select(x, mask):
+    _check_all(torch.masked_select, x, mask, op="aten.masked_select.default")
+
+
+@pytest.mark.parametrize(
+    "x",
+    [
+        _REPEATS,  # NaN each a value of their own, -0.0 with 0.0, inf
+        torch.randint(-3, 4, (5, 6)),
+        torch.rand(9) > 0.5,
+        torch.randint(0, 5, (4, 4)).to(torch.bfloat16),
+        torch.tensor(7.0),
+        torch.arange(10, 0, -1),
+    ],
+    ids=["float", "int", "bool", "bf16", "0d", "all-distinct"],
+)
+@pytest.mark.parametrize("inverse, counts", [(False, False), (True, False), (True, True), (False, True)])
+def test_unique(x, inverse, counts):
+    def fn(t):
+        return torch.unique(t, sorted=True, return_inverse=inverse, return_counts=counts)
+
+    _check_all(fn, x, op="aten._unique2.default")
+
+
+def test_unique_unsorted_sorts_as_torchs_cpu_kernel_does():
+    _check_all(
+        lambda t: torch.unique(t, sorted=False, return_inverse=True),
+        torch.tensor([5, 1, 5, 2, 1, 9]),
+        op="aten._unique2.default",
+    )
+
+
+@pytest.mark.parametrize(
+    "x",
+    [
+        torch.tensor([1.0, 1, float("nan"), float("nan"), 2, -0.0, 0.0, 1, 1]),
+        torch.randint(0, 3, (4, 5)),
+        torch.tensor([True, True, False, True]),
+        torch.tensor(3),
+    ],
+    ids=["float", "int-2d", "bool", "0d"],
+)
+@pytest.mark.parametrize("inverse, counts", [(False, False), (True, True)])
+def test_unique_consecutive(x, inverse, counts):
+    def fn(t):
+        return torch.unique_consecutive(t, return_inverse=inverse, return_counts=counts)
+
+    _check_all(fn, x, op="aten.unique_consecutive.default")
+
+
+@pytest.mark.parametrize("size, fill", [(8, -1), (2, -1), (6, 7), (0, -1)], ids=["padded", "cut", "fill", "none"])
+def test_nonzero_static(size, fill):
+    x = torch.tensor([[0, 1, 2], [3, 0, 0]])
+    _check_all(lambda t: torch.nonzero_static(t, size=size, fill_value=fill), x, op="aten.nonzero_static.default")
+
+
+@pytest.mark.parametrize(
+    "x, weights, minlength",
+    [
+        (torch.tensor([0, 3, 3, 1, 7, 3]), None, 0),
+        (torch.tensor([2, 2, 0]), None, 6),  # minlength beyond the largest value
+        (torch.tensor([4, 1, 4, 0]), torch.tensor([0.5, 1.5, -2.0, 3.0]), 2),
+        (torch.tensor([1, 0, 1], dtype=torch.int32), torch.tensor([2, 3, 4]), 0),  # integer weights: float64
+        (torch.zeros(0, dtype=torch.int64), None, 3),
+    ],
+    ids=["counts", "minlength", "float-weights", "int-weights", "empty"],
+)
+def test_bincount(x, weights, minlength):
+    _check_all(lambda x, w: torch.bincount(x, w, minlength), x, weights, op="aten.bincount.default")

@@ -96,6 +96,22 @@ def test_scatter_reduce_float(reduce):
     _check(fn, x, idx, src, ops=["aten.scatter_reduce.two"])
 
 
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_index_reduce(reduce, dtype):
+    gen = torch.Generator().manual_seed(3)
+    x, src = (torch.randn(s, generator=gen).mul(5).to(dtype) for s in ((3, 6, 2), (3, 4, 2)))
+    idx = torch.tensor([4, 0, 4, 2])  # a repeat; rows 1, 3 and 5 never hit
+
+    def fn(x, idx, src):
+        return (
+            x.index_reduce(1, idx, src, reduce, include_self=True),
+            x.index_reduce(-2, idx, src, reduce, include_self=False),
+        )
+
+    _check(fn, x, idx, src, ops=["aten.index_reduce.default"])
+
+
 def test_scatter_reduce_int64_floors_mean():
     gen = torch.Generator().manual_seed(2)
     x, src = torch.randint(-9, 10, (5, 3), generator=gen), torch.randint(-9, 10, (8, 3), generator=gen)

@@ -149,6 +149,34 @@ def scatter_reduce(ctx, node, x, dim, index, src, reduce, *, include_self=True):
     return _scatter_elements(x, dim, index, src, _SCATTER_REDUCE[reduce], bool(include_self))
 
 
+@lowers(aten.index_reduce.default, validator=_scatter_reduce_ok)
+def index_reduce(ctx, node, x, dim, index, source, reduce, *, include_self=True):
+    """``index_reduce``: ``scatter_reduce`` with ``index`` laid along ``dim`` of ``source``."""
+    r = h.rank(source)
+    if r == 0:
+        full = h.reshape(index, [])
+    else:
+        d = h.norm_dim(dim, r)
+        full = h.reshape(index, [-1 if i == d else 1 for i in range(r)])
+        full = ops.broadcast(full, h.shape_of(source)).output(0)
+    return scatter_reduce(ctx, node, x, dim, full, source, reduce, include_self=include_self)
+
+
+@lowers(aten.bincount.default)
+def bincount(ctx, node, x, weights=None, minlength=0):
+    """How often each value of a 1-d non-negative integer tensor occurs (or its summed weights):
+    a summing scatter into ``max(x) + 1`` bins, at least ``minlength`` (a data-dependent length)."""
+    dtype = h.out_dtype(node)
+    if h.static_shape(x)[0] == 0:  # no values: minlength zeros (ReduceMax has nothing to reduce)
+        return h.const(np.zeros(minlength), dtype)
+    x = h.cast(x, torch.int64)
+    top = ops.add(ops.reduce_max(x, h.const([0], torch.int64), True), h.const([1], torch.int64))
+    bins = ops.maximum(top, h.const([minlength], torch.int64)).output(0)
+    zeros = ops.broadcast(h.const(0, dtype), bins).output(0)
+    updates = 1 if weights is None else h.cast(weights, dtype)
+    return _scatter_elements(zeros, 0, x, updates, "sum")
+
+
 # ----------------------------------------------------------------------------- index_put
 
 
