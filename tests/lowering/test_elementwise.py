@@ -216,6 +216,21 @@ def test_atan2_of_signed_zeros_and_infinities_is_torchs():
     assert_all_on_openvino(report)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.uint8])
+def test_angle_of_real_numbers_is_torchs(dtype):
+    """pi (rounded to the dtype) below zero, 0 at and above it (-0.0 too), NaN kept; integers give
+    the default float type."""
+    values = [NAN, float("inf"), float("-inf"), 0.0, -0.0, 1.5, -1.5, -1e-30]
+    x = torch.tensor(values).to(dtype) if dtype.is_floating_point else torch.tensor([0, 3, 7, 200]).to(dtype)
+    if dtype == torch.int64:
+        x = x - 5
+    out, report = run_fxvino(torch.angle, x, fullgraph=True)
+    expected = torch.angle(x)
+    assert out.dtype == expected.dtype
+    torch.testing.assert_close(out, expected, equal_nan=True, rtol=0, atol=0)
+    assert_all_on_openvino(report, ops=["aten.angle.default"])
+
+
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.int8])
 @pytest.mark.parametrize(
     "fn",

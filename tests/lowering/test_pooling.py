@@ -35,12 +35,23 @@ def test_adaptive_avg_pool3d_unbatched():
     _check(lambda x: F.adaptive_avg_pool3d(x, (5, 2, 3)), torch.randn(4, 4, 3, 3), "aten._adaptive_avg_pool3d.default")
 
 
-@pytest.mark.parametrize("shape, size", [((2, 3, 7, 6), (3, 4)), ((3, 7, 6), (2, 5)), ((1, 2, 3, 3), (5, 4))])
-def test_adaptive_max_pool2d_values_and_indices(shape, size):
+@pytest.mark.parametrize(
+    "shape, size",
+    [
+        ((2, 3, 7, 6), (3, 4)),
+        ((3, 7, 6), (2, 5)),
+        ((1, 2, 3, 3), (5, 4)),
+        ((2, 2, 5, 4, 6), (2, 3, 4)),
+        ((2, 3, 3, 5), (2, 2, 3)),
+    ],
+    ids=["2d", "2d-unbatched", "2d-upsampled", "3d", "3d-unbatched"],
+)
+def test_adaptive_max_pool_values_and_indices(shape, size):
     """Indices come back as int64 (the CPU plugin computes them in i32) and match PyTorch's."""
+    pool = F.adaptive_max_pool2d if len(size) == 2 else F.adaptive_max_pool3d
 
     def fn(x):
-        return F.adaptive_max_pool2d(x, size, return_indices=True)
+        return pool(x, size, return_indices=True)
 
     x = torch.randn(shape)
     (values, indices), report = run_fxvino(fn, x, fullgraph=True)
@@ -49,7 +60,7 @@ def test_adaptive_max_pool2d_values_and_indices(shape, size):
     assert indices.dtype == torch.int64
     torch.testing.assert_close(indices, expected_indices)
     assert_all_on_openvino(report)
-    assert report.ov_ops["aten.adaptive_max_pool2d.default"] == 1, str(report)
+    assert report.ov_ops[f"aten.adaptive_max_pool{len(size)}d.default"] == 1, str(report)
 
 
 @pytest.mark.parametrize(

@@ -217,6 +217,24 @@ def test_dropout_mask_and_gradient_through_training():
     assert abs(mask.mean() - 0.75) < 0.02
 
 
+def test_rrelu_draws_slopes_in_training_and_uses_their_mean_in_eval():
+    x = torch.randn(400, 500)
+    x[0, :10] = float("nan")
+    torch.manual_seed(3)
+    out, report = run_fxvino(lambda x: F.rrelu(x, 0.1, 0.3, training=True), x, fullgraph=True)
+    assert_all_on_openvino(report, ops=["aten.rrelu_with_noise_functional.default"])
+    positive, negative = x > 0, x < 0
+    torch.testing.assert_close(out[positive], x[positive])
+    slope = (out[negative] / x[negative]).double()
+    assert slope.min() >= 0.1 - 1e-6 and slope.max() <= 0.3 + 1e-6
+    values = ((slope - 0.1) / 0.2).clamp(0, 1).sort().values  # uniform on [0, 1]
+    assert _ks(values, values) < 2.7 / values.numel() ** 0.5
+    assert out[0, :10].isnan().all()
+    out, report = run_fxvino(lambda x: F.rrelu(x, 0.1, 0.3, training=False), x, fullgraph=True)
+    torch.testing.assert_close(out, F.rrelu(x, 0.1, 0.3, training=False), equal_nan=True)
+    assert_all_on_openvino(report, ops=["aten.rrelu_with_noise_functional.default"])
+
+
 def test_dynamic_sizes_compile_once():
     compiled = torch.compile(lambda x: x + torch.rand(x.shape[0]), backend="fxvino", dynamic=True)
     with fxvino.collect_reports() as report, torch.no_grad():

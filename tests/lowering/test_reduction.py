@@ -56,3 +56,17 @@ def test_var_mean(dim, correction, keepdim):
     out, report = run_fxvino(fn, x)
     torch.testing.assert_close(out, fn(x))
     assert_all_on_openvino(report)
+
+
+@pytest.mark.parametrize("p", [2, 1, 0, 3, 0.5, float("inf"), float("-inf")])
+@pytest.mark.parametrize("shapes", [((4, 5), (4, 5)), ((3, 1, 4), (5, 1))], ids=["same", "broadcast"])
+def test_dist(p, shapes):
+    a, b = torch.randn(shapes[0]), torch.randn(shapes[1])
+    b.view(-1)[0] = a.view(-1)[0]  # a zero difference, which p = 0 does not count
+
+    def fn(a, b):
+        return torch.dist(a, b, p)
+
+    out, report = run_fxvino(fn, a, b, fullgraph=True)
+    torch.testing.assert_close(out, fn(a, b))
+    assert_all_on_openvino(report, ops=["aten.dist.default"])

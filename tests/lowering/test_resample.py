@@ -1,4 +1,4 @@
-"""upsample_* (Interpolate-11 or exact Gathers), grid_sampler_2d (GridSample-9), col2im (Col2Im-15).
+"""upsample_* (Interpolate-11 or exact Gathers), grid_sampler_2d (GridSample-9), grid_sampler_3d, col2im (Col2Im-15).
 
 The ``upsample_*`` overloads never reach fxvino through AOTAutograd: torch registers Python
 CompositeImplicit/Autograd kernels for them that its tracing runs before any decomposition table is
@@ -342,6 +342,31 @@ def test_grid_sample(mode, padding_mode, align_corners):
     torch.testing.assert_close(out, fn(x, grid), rtol=1e-5, atol=1e-5)
     assert_all_on_openvino(report)
     assert report.ov_ops["aten.grid_sampler_2d.default"] == 1
+
+
+@pytest.mark.parametrize(
+    "mode, padding_mode, align_corners",
+    list(itertools.product(["bilinear", "nearest"], ["zeros", "border", "reflection"], [False, True])),
+)
+def test_grid_sample_3d(mode, padding_mode, align_corners):
+    """A volume sampled at points inside and far outside it (reflected several times), at
+    voxel centres and on the half-way points nearest rounds to even, and at NaN and infinite
+    coordinates (zeros: nothing; border and reflection: the last voxel, as ATen's clip does)."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 4, 5, 6)
+    grid = torch.rand(2, 3, 4, 5, 3) * 7 - 3.5
+    # Reflection is exact while a coordinate is below 2**24 spans of the volume (fmod's range).
+    far = 1e30 if padding_mode != "reflection" else 1e5
+    grid[0, 0, 0, :, 0] = torch.tensor([float("nan"), float("inf"), -float("inf"), far, -1.0])
+    grid[1, 0, 0, :, :] = torch.linspace(-1, 1, 5)[:, None]  # on the voxel grid
+    grid[1, 1, 0, :, 2] = torch.tensor([-0.75, -0.25, 0.25, 0.75, 0.0])  # half-way with 4 slices
+
+    def fn(x, grid):
+        return F.grid_sample(x, grid, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+
+    out, report = run_fxvino(fn, x, grid, fullgraph=True)
+    torch.testing.assert_close(out, fn(x, grid), rtol=1e-5, atol=1e-5, equal_nan=True)
+    assert_all_on_openvino(report, ops=["aten.grid_sampler_3d.default"])
 
 
 @pytest.fixture

@@ -83,6 +83,16 @@ def sign(ctx, node, x):
     return ops.select(ops.is_nan(x), h.const(0, h.out_dtype(node)), ops.sign(x)).output(0)
 
 
+@lowers(aten.angle.default)
+def angle(ctx, node, x):
+    """The argument of a real number: pi below zero, else 0 (-0.0 included); NaN stays NaN."""
+    (x,) = h.to_out(node, x)
+    dtype = h.out_dtype(node)
+    zero = h.const(0, dtype)
+    arg = ops.select(ops.less(x, zero), h.const(math.pi, dtype), zero)
+    return ops.select(ops.is_nan(x), x, arg).output(0)
+
+
 @lowers(aten.round.default)
 def round_(ctx, node, x):
     (x,) = h.to_out(node, x)

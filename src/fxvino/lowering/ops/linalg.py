@@ -15,6 +15,10 @@ from fxvino.utils.dtypes import ov_type
 aten = torch.ops.aten
 
 
+# Up to this many batches, addbmm adds the per-batch products one after another, as ATen does.
+_ADDBMM_UNROLL = 64
+
+
 def _scaled(node, x, factor):
     if factor == 1:
         return x
@@ -163,6 +167,52 @@ def addmm(ctx, node, bias, a, b, *, beta=1, alpha=1):
             prod = _as_2d(prod, n)  # a full [M, N] bias adds to the 2-D product
         prod = ops.add(prod, bias).output(0)
     return prod if h.rank(a) != 2 else _as_2d(prod, n)
+
+
+@lowers(aten.addbmm.default)
+def addbmm(ctx, node, bias, b1, b2, *, beta=1, alpha=1):
+    """``beta * bias + alpha * sum_i b1[i] @ b2[i]``, summed in ATen's order: the scaled bias,
+    then each batch's product in turn (one batched MatMul makes them); 16-bit types in f32,
+    rounded once. Beyond :data:`_ADDBMM_UNROLL` batches, or a dynamic count, the batch joins the
+    inner dimension: one product ``[n, B*m] @ [B*m, p]``, rounded in another order."""
+    out = h.out_dtype(node)
+    compute = torch.float32 if out in (torch.float16, torch.bfloat16) else out
+    bias, b1, b2 = (h.cast(v, compute) for v in h.to_out(node, bias, b1, b2))
+
+    def scaled(x, factor):
+        return x if factor == 1 else ops.multiply(x, h.const(factor, compute)).output(0)
+
+    empty = _zeros_if_empty(node, b1, b2)
+    batches = h.static_shape(b1)[0]
+    if empty is not None:
+        prods = [h.cast(empty, compute)]
+    elif batches is not None and batches <= _ADDBMM_UNROLL:
+        each = ops.split(ops.matmul(b1, b2, False, False), h.const(0, torch.int64), batches)
+        prods = [scaled(h.squeeze(each.output(i), 0), alpha) for i in range(batches)]
+    else:
+        rows = h.reshape(h.transpose(b1, [1, 0, 2]), [h.dim(b1, 1), -1])
+        cols = h.static_shape(b2)[2] or h.dim(b2, 2)
+        prods = [_as_2d(scaled(_matmul(rows, h.reshape(b2, [-1, cols])), alpha), cols)]
+    acc = None if beta == 0 else scaled(bias, beta)  # torch ignores the bias at 0, NaN included
+    for prod in prods:
+        acc = prod if acc is None else ops.add(acc, prod).output(0)
+    return h.cast(acc, out)
+
+
+@lowers(aten._trilinear.default)
+def trilinear(ctx, node, i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    """``_trilinear`` (``nn.Bilinear``'s product): each input spans the dims it is not expanded
+    along, and their product is summed over ``sumdim``. As an Einsum the plugin makes it
+    MatMuls, never the full product tensor (``[N, out, in1, in2]`` for a Bilinear layer)."""
+    total = h.rank(i1) + len(expand1)
+    letters = "abcdefghijklmnopqrstuvwxyz"[:total]
+    terms = ["".join(letters[d] for d in range(total) if d not in expand) for expand in (expand1, expand2, expand3)]
+    kept = [d for d in range(total) if d not in sumdim]
+    spanned = [d for d in kept if any(letters[d] in t for t in terms)]
+    out = ops.einsum(list(h.to_out(node, i1, i2, i3)), f"{','.join(terms)}->{''.join(letters[d] for d in spanned)}")
+    out = out.output(0)
+    missing = [i for i, d in enumerate(kept) if d not in spanned]  # expanded in all three, kept as size 1
+    return h.unsqueeze(out, missing) if missing else out
 
 
 @lowers(aten.dot.default, aten.vdot.default)

@@ -255,7 +255,7 @@ def adaptive_avg_pool(ctx, node, x, output_size):
     return h.squeeze(out, 0) if unbatched else out
 
 
-@lowers(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool1d.default)
+@lowers(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default, aten.adaptive_max_pool1d.default)
 def adaptive_max_pool(ctx, node, x, output_size):
     x, unbatched = _batched(x, output_size)
     # i32 indices: the CPU plugin rejects an i64 index output ("does not support i64 for use with oneDNN").

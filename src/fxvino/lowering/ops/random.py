@@ -194,6 +194,19 @@ def native_dropout(ctx, node, x, p, train):
     return [ops.multiply(x, noise).output(0), keep.output(0)]
 
 
+@lowers(aten.rrelu_with_noise_functional.default, validator=_plain_rand)
+def rrelu_with_noise(ctx, node, x, noise, lower=0.125, upper=1 / 3, training=False, **kwargs):
+    """RReLU. In training each element at or below 0 is scaled by its own draw from
+    U(lower, upper), which is also the returned noise (1 elsewhere, NaN included); in eval by the
+    mean slope, the noise returned as it came."""
+    dtype = h.out_dtype(node)
+    if not training:
+        return [ops.prelu(x, h.const([(lower + upper) / 2], dtype)).output(0), noise]
+    draw = _affine(uniform(ctx, _shape_like(x), torch.float32, ctx.new_stream()), lower, upper - lower, dtype)
+    slope = ops.select(ops.less_equal(x, h.const(0, dtype)), draw, h.const(1, dtype)).output(0)
+    return [ops.multiply(x, slope).output(0), slope]
+
+
 def normal(ctx, shape):
     """Standard normal in f32 for ``shape``: Box-Muller on two uniform streams,
     sqrt(-2 ln(1 - u1)) * cos(2 pi u2)."""

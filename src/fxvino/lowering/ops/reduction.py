@@ -133,3 +133,10 @@ def linalg_vector_norm(ctx, node, x, ord=2, dim=None, keepdim=False, *, dtype=No
     p = h.cast_like(h.const(float(ord), torch.float32), x)
     powered = ops.reduce_sum(ops.power(x, p), axes, keepdim)
     return ops.power(powered, ops.divide(h.cast_like(h.const(1.0, torch.float32), x), p)).output(0)
+
+
+@lowers(aten.dist.default)
+def dist(ctx, node, a, b, p=2):
+    """``torch.dist``: the p-norm of the broadcast difference over all its elements."""
+    a, b = h.to_out(node, a, b)
+    return linalg_vector_norm(ctx, node, ops.subtract(a, b).output(0), ord=float(p))

@@ -1,4 +1,4 @@
-"""Resampling: upsample_* (nearest, nearest-exact, linear, cubic, antialiased), grid_sampler_2d, col2im.
+"""Resampling: upsample_* (nearest, nearest-exact, linear, cubic, antialiased), grid_sampler_2d/3d, col2im.
 
 ``upsample_*`` runs on OpenVINO's Interpolate-11 with the output size given ("sizes" mode)
 whenever the source coordinates torch computes are the ones the size ratio gives: no scale
@@ -24,6 +24,7 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+import openvino as ov
 import openvino.opset9 as ops9
 import openvino.opset11 as ops11
 import openvino.opset15 as ops15
@@ -31,9 +32,11 @@ import openvino.opset16 as ops
 import torch
 
 from fxvino.lowering import helpers as h
+from fxvino.lowering.ops import float_mod
 from fxvino.lowering.registry import lowers, lowers_named
 
 aten = torch.ops.aten
+F32 = torch.float32
 
 NEAREST, NEAREST_EXACT, LINEAR, CUBIC = "nearest", "nearest-exact", "linear", "cubic"
 # Antialiased resizes (PIL-style filters): Interpolate's antialias differs, always the exact path.
@@ -320,6 +323,98 @@ def grid_sampler_2d(ctx, node, x, grid, interpolation_mode, padding_mode, align_
     compute = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
     y = ops9.grid_sample(h.cast(x, compute), h.cast(grid, compute), attrs).output(0)
     return h.cast(y, dtype)
+
+
+def _grid_3d_ok(node) -> str | None:
+    mode, padding = node.args[2], node.args[3]
+    if mode not in (0, 1) or padding not in _GRID_PADDING:
+        return f"3-d interpolation mode {mode} / padding mode {padding}: torch has bilinear (0) and nearest (1)"
+    if not all(isinstance(d, int) for arg in node.args[:2] for d in h.meta(arg).shape):
+        return "a 3-d grid sample with dynamic shapes"
+    return None
+
+
+def _clip(c: ov.Output, size: int) -> ov.Output:
+    """``min(size - 1, max(c, 0))`` with C++'s std::min/max on NaN (what ATen's clip does): NaN
+    becomes ``size - 1``."""
+    low = ops.select(ops.less(c, h.const(0.0, F32)), h.const(0.0, F32), c)
+    return ops.select(ops.less(low, h.const(size - 1.0, F32)), low, h.const(size - 1.0, F32)).output(0)
+
+
+def _reflect(c: ov.Output, twice_low: int, twice_high: int) -> ov.Output:
+    """ATen's reflect_coordinates: ``c`` folded back and forth into [low, high]. Exact while
+    ``c`` is within 2**24 spans of the volume (the exact fmod's range); beyond, the fold is off."""
+    if twice_low == twice_high:
+        return ops.broadcast(h.const(0.0, F32), h.shape_of(c)).output(0)
+    low, span = twice_low / 2, (twice_high - twice_low) / 2
+    c = ops.abs(ops.subtract(c, h.const(low, F32))).output(0)
+    extra = float_mod.fmod(c, h.const(span, F32))
+    flips = ops.floor(ops.divide(c, h.const(span, F32))).output(0)
+    odd = ops.not_equal(flips, ops.multiply(ops.floor(ops.multiply(flips, h.const(0.5, F32))), h.const(2.0, F32)))
+    back = ops.subtract(h.const(span + low, F32), extra)
+    return ops.select(odd, back, ops.add(extra, h.const(low, F32))).output(0)
+
+
+def _source_index(g: ov.Output, size: int, padding: int, align_corners: bool) -> ov.Output:
+    """ATen's grid_sampler_compute_source_index: unnormalise a [-1, 1] coordinate, then pad."""
+    if align_corners:
+        c = ops.multiply(ops.add(g, h.const(1.0, F32)), h.const((size - 1) / 2, F32))
+    else:
+        c = ops.divide(
+            ops.subtract(ops.multiply(ops.add(g, h.const(1.0, F32)), h.const(float(size), F32)), h.const(1.0, F32)),
+            h.const(2.0, F32),
+        )
+    c = c.output(0)
+    if _GRID_PADDING[padding] == "border":
+        return _clip(c, size)
+    if _GRID_PADDING[padding] == "reflection":
+        twice = (0, 2 * (size - 1)) if align_corners else (-1, 2 * size - 1)
+        return _clip(_reflect(c, *twice), size)
+    return c
+
+
+@lowers(aten.grid_sampler_3d.default, validator=_grid_3d_ok)
+def grid_sampler_3d(ctx, node, x, grid, interpolation_mode, padding_mode, align_corners):
+    """Trilinear or nearest sampling of a volume at grid points (OpenVINO's GridSample is 2-d
+    only): each corner's voxels are gathered from the flattened volume, weighted as ATen weighs
+    them, and a corner outside the volume adds nothing (selected away, so a NaN weight there
+    is dropped as ATen skips it)."""
+    dtype = h.dtype_of(x)
+    n, ch, depth, height, width = h.static_shape(x)
+    sizes = (width, height, depth)  # the grid's last axis holds x, y, z
+    volume = h.transpose(h.reshape(h.cast(x, F32), [n, ch, -1]), [0, 2, 1])  # [N, D*H*W, C]
+    out_shape = h.static_shape(grid)[1:4]
+    coords = h.reshape(h.cast(grid, F32), [n, -1, 3])
+    axes = ops.split(coords, h.const(2, torch.int64), 3)
+    src = [_source_index(axes.output(i), sizes[i], padding_mode, bool(align_corners)) for i in range(3)]
+    if interpolation_mode == 1:  # nearest: round half to even, as std::nearbyint
+        corners = [([ops.round(c, "half_to_even").output(0) for c in src], None)]
+    else:
+        low = [ops.floor(c).output(0) for c in src]
+        corners = []
+        for dz, dy, dx in ((0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1)):
+            at, weight = [], None
+            for c, c0, d in zip(src, low, (dx, dy, dz), strict=True):
+                corner = ops.add(c0, h.const(float(d), F32)).output(0)
+                w = ops.subtract(c, c0) if d else ops.subtract(ops.add(c0, h.const(1.0, F32)), c)
+                weight = w.output(0) if weight is None else ops.multiply(weight, w).output(0)
+                at.append(corner)
+            corners.append((at, weight))
+    out = None
+    for at, weight in corners:
+        inside, flat = None, None
+        for c, size, stride in zip(at, sizes, (1, width, width * height), strict=True):
+            ok = ops.logical_and(ops.less_equal(h.const(0.0, F32), c), ops.less(c, h.const(float(size), F32)))
+            inside = ok.output(0) if inside is None else ops.logical_and(inside, ok).output(0)
+            i = ops.multiply(h.cast(_clip(c, size), torch.int64), h.const(stride, torch.int64))
+            flat = i.output(0) if flat is None else ops.add(flat, i).output(0)
+        value = ops.gather(volume, h.squeeze(flat, 2), h.const(1, torch.int64), 1).output(0)  # [N, P, C]
+        if weight is not None:
+            value = ops.multiply(value, weight).output(0)
+        value = ops.select(inside, value, h.const(0.0, F32)).output(0)
+        out = value if out is None else ops.add(out, value).output(0)
+    out = h.reshape(h.transpose(out, [0, 2, 1]), [n, ch, *out_shape])
+    return h.cast(out, dtype)
 
 
 @lowers(aten.col2im.default)
