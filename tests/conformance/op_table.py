@@ -155,6 +155,12 @@ TOLERANCES: dict[CaseKey, tuple[float, float, str]] = {
         1e-5,
         "float64 output: OpenVINO's CPU plugin computes float64 in float32, so float32's default tolerances apply",
     ),
+    ("addbmm", "", "float32"): (
+        1.3e-6,
+        1e-4,
+        "sums of 25 products rounded in another order than MKL's: eager's own error against float64 reaches "
+        "5.4e-5 in these samples, fxvino's 2.0e-5",
+    ),
 }
 
 # Hand-written expected failures; they override generated ones.
