@@ -461,16 +461,19 @@ def ndtri(ctx, node, p):
 # ----------------------------------------------------------------------------- Bessel functions
 
 
+def _scaled_i_near(inner: ov.Output, a: ov.Output, small: Sequence[float], order: int) -> ov.Output:
+    """exp(-|x|) I0/I1 on [0, 8] (``inner``: |x| clamped there, ``a``: |x|): Cephes' series."""
+    near = _series(_sub(_mul(inner, 0.5), 2.0), small, chebyshev=True)
+    return _mul(near, a) if order == 1 else near
+
+
 def _bessel(x: ov.Output, small: Sequence[float], large: Sequence[float], order: int, scaled: bool) -> ov.Output:
     """I0/I1 (``order``), times exp(-|x|) with ``scaled``, as Cephes: a Chebyshev series on
     [0, 8] and one in 32/|x| - 2 beyond, divided by sqrt(|x|). Unscaled, exp(|x|) multiplies
     first, so the result overflows to inf where torch's does."""
     a = _unary(ops.abs, x)
-    inner = _unary(lambda v: ops.minimum(v, _v(8.0)), a)
     outer = _unary(lambda v: ops.maximum(v, _v(8.0)), a)
-    near = _series(_sub(_mul(inner, 0.5), 2.0), small, chebyshev=True)
-    if order == 1:
-        near = _mul(near, a)
+    near = _scaled_i_near(_unary(lambda v: ops.minimum(v, _v(8.0)), a), a, small, order)
     far_series = _series(_sub(_div(32.0, outer), 2.0), large, chebyshev=True)
     if scaled:
         far = _div(far_series, _unary(ops.sqrt, outer))
@@ -583,8 +586,10 @@ def _bessel_k(x: ov.Output, order: int, scaled: bool) -> ov.Output:
     (from ~87.3) to 0, where eager's exp(-x) times the series is subnormal. inf at 0, NaN below."""
     w = _unary(lambda v: ops.minimum(v, _v(2.0)), x)
     series = _series(_sub(_mul(w, w), 2.0), _K_NEAR[order], chebyshev=True)
-    small, large = (_I0E_A, _I0E_B) if order == 0 else (_I1E_A, _I1E_B)
-    log_i = _mul(_unary(ops.log, _mul(w, 0.5)), _bessel(w, small, large, order, scaled=False))
+    # In(w) for w <= 2 needs only the series on [0, 8]: the whole of _bessel is too big a
+    # snippet for AVX2's 16 vector registers ("Can't allocate registers" at compile, k1).
+    i_n = _mul(_scaled_i_near(w, w, _I0E_A if order == 0 else _I1E_A, order), _unary(ops.exp, w))
+    log_i = _mul(_unary(ops.log, _mul(w, 0.5)), i_n)
     near = _sub(series, log_i) if order == 0 else _add(log_i, _div(series, w))
     v = _unary(lambda a: ops.maximum(a, _v(2.0)), x)
     far = _div(_series(_sub(_div(8.0, v), 2.0), _K_FAR[order], chebyshev=True), _unary(ops.sqrt, v))
