@@ -369,6 +369,20 @@ def test_grid_sample_3d(mode, padding_mode, align_corners):
     assert_all_on_openvino(report, ops=["aten.grid_sampler_3d.default"])
 
 
+@pytest.mark.numerics  # crashed as an AVX2-only CPU
+def test_grid_sample_3d_of_one_volume_and_one_point():
+    """Batch 1, one channel, one point: the shape whose batched Gather segfaulted the CPU plugin
+    (OpenVINO 2026.4: Gather with batch_dims=1 over a batch of 1, natively and as an AVX2 CPU)."""
+    x, grid = torch.randn(1, 1, 2, 2, 2), torch.rand(1, 1, 1, 1, 3) * 2 - 1
+
+    def fn(x, grid):
+        return torch.grid_sampler_3d(x, grid, 0, 0, False)
+
+    out, report = run_fxvino(fn, x, grid, fullgraph=True)
+    torch.testing.assert_close(out, fn(x, grid))
+    assert_all_on_openvino(report, ops=["aten.grid_sampler_3d.default"])
+
+
 @pytest.fixture
 def keep_col2im(monkeypatch):
     """col2im is in the Core ATen decomposition table (index_put); keep it whole."""

@@ -382,7 +382,11 @@ def grid_sampler_3d(ctx, node, x, grid, interpolation_mode, padding_mode, align_
     dtype = h.dtype_of(x)
     n, ch, depth, height, width = h.static_shape(x)
     sizes = (width, height, depth)  # the grid's last axis holds x, y, z
-    volume = h.transpose(h.reshape(h.cast(x, F32), [n, ch, -1]), [0, 2, 1])  # [N, D*H*W, C]
+    # [N * D*H*W, C], read at flat positions offset by each batch's start: a Gather with
+    # batch_dims=1 segfaults the CPU plugin at batch 1 (OpenVINO 2026.4, a run-time index).
+    voxels = depth * height * width
+    volume = h.reshape(h.transpose(h.reshape(h.cast(x, F32), [n, ch, -1]), [0, 2, 1]), [-1, ch])
+    batch_start = h.const(np.arange(n, dtype=np.int64).reshape(n, 1, 1) * voxels, torch.int64)
     out_shape = h.static_shape(grid)[1:4]
     coords = h.reshape(h.cast(grid, F32), [n, -1, 3])
     axes = ops.split(coords, h.const(2, torch.int64), 3)
@@ -402,13 +406,13 @@ def grid_sampler_3d(ctx, node, x, grid, interpolation_mode, padding_mode, align_
             corners.append((at, weight))
     out = None
     for at, weight in corners:
-        inside, flat = None, None
+        inside, flat = None, batch_start
         for c, size, stride in zip(at, sizes, (1, width, width * height), strict=True):
             ok = ops.logical_and(ops.less_equal(h.const(0.0, F32), c), ops.less(c, h.const(float(size), F32)))
             inside = ok.output(0) if inside is None else ops.logical_and(inside, ok).output(0)
             i = ops.multiply(h.cast(_clip(c, size), torch.int64), h.const(stride, torch.int64))
-            flat = i.output(0) if flat is None else ops.add(flat, i).output(0)
-        value = ops.gather(volume, h.squeeze(flat, 2), h.const(1, torch.int64), 1).output(0)  # [N, P, C]
+            flat = ops.add(flat, i).output(0)
+        value = ops.gather(volume, h.squeeze(flat, 2), h.const(0, torch.int64)).output(0)  # [N, P, C]
         if weight is not None:
             value = ops.multiply(value, weight).output(0)
         value = ops.select(inside, value, h.const(0.0, F32)).output(0)
