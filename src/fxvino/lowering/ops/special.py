@@ -491,40 +491,6 @@ def _bessel(x: ov.Output, small: Sequence[float], large: Sequence[float], order:
     return y
 
 
-@lowers(aten.i0.default)
-def i0(ctx, node, x):
-    x = _float_in(node, x)
-    return _finish(node, x, _bessel(x, _I0E_A, _I0E_B, 0, scaled=False))
-
-
-@lowers(aten.special_modified_bessel_i0.default, validator=_no_16_bit)
-def modified_bessel_i0(ctx, node, x):
-    return i0(ctx, node, x)
-
-
-@lowers(aten.special_i0e.default)
-def i0e(ctx, node, x):
-    x = _float_in(node, x)
-    return _finish(node, x, _bessel(x, _I0E_A, _I0E_B, 0, scaled=True))
-
-
-@lowers(aten.special_i1.default)
-def i1(ctx, node, x):
-    x = _float_in(node, x)
-    return _finish(node, x, _bessel(x, _I1E_A, _I1E_B, 1, scaled=False))
-
-
-@lowers(aten.special_modified_bessel_i1.default, validator=_no_16_bit)
-def modified_bessel_i1(ctx, node, x):
-    return i1(ctx, node, x)
-
-
-@lowers(aten.special_i1e.default)
-def i1e(ctx, node, x):
-    x = _float_in(node, x)
-    return _finish(node, x, _bessel(x, _I1E_A, _I1E_B, 1, scaled=True))
-
-
 def _j_near(x: ov.Output, order: int) -> ov.Output:
     """J0/J1 of ``|x| <= 5`` (clamped there by the caller), in torch's order of operations; J1
     from ``x`` itself, odd, so that -0 stays -0 as eager's."""
@@ -603,52 +569,35 @@ def _bessel_k(x: ov.Output, order: int, scaled: bool) -> ov.Output:
     return _where(_lt(x, 0.0), math.nan, y)
 
 
-@lowers(aten.special_bessel_j0.default, validator=_no_16_bit)
-def bessel_j0(ctx, node, x):
-    x = _float_in(node, x)
-    return _finish(node, x, _bessel_j(x, 0))
+def _elementwise(compute):
+    """A lowering of ``compute`` (f32 in, f32 out) in the node's dtype, NaN kept."""
+
+    def lower(ctx, node, x):
+        x = _float_in(node, x)
+        return _finish(node, x, compute(x))
+
+    return lower
 
 
-@lowers(aten.special_bessel_j1.default, validator=_no_16_bit)
-def bessel_j1(ctx, node, x):
-    x = _float_in(node, x)
-    return _finish(node, x, _bessel_j(x, 1))
-
-
-@lowers(aten.special_bessel_y0.default, validator=_no_16_bit)
-def bessel_y0(ctx, node, x):
-    x = _float_in(node, x)
-    return _finish(node, x, _bessel_y(x, 0))
-
-
-@lowers(aten.special_bessel_y1.default, validator=_no_16_bit)
-def bessel_y1(ctx, node, x):
-    x = _float_in(node, x)
-    return _finish(node, x, _bessel_y(x, 1))
-
-
-@lowers(aten.special_modified_bessel_k0.default, validator=_no_16_bit)
-def modified_bessel_k0(ctx, node, x):
-    x = _float_in(node, x)
-    return _finish(node, x, _bessel_k(x, 0, scaled=False))
-
-
-@lowers(aten.special_modified_bessel_k1.default, validator=_no_16_bit)
-def modified_bessel_k1(ctx, node, x):
-    x = _float_in(node, x)
-    return _finish(node, x, _bessel_k(x, 1, scaled=False))
-
-
-@lowers(aten.special_scaled_modified_bessel_k0.default, validator=_no_16_bit)
-def scaled_modified_bessel_k0(ctx, node, x):
-    x = _float_in(node, x)
-    return _finish(node, x, _bessel_k(x, 0, scaled=True))
-
-
-@lowers(aten.special_scaled_modified_bessel_k1.default, validator=_no_16_bit)
-def scaled_modified_bessel_k1(ctx, node, x):
-    x = _float_in(node, x)
-    return _finish(node, x, _bessel_k(x, 1, scaled=True))
+# The Bessel family: (compute, whether eager has 16-bit kernels).
+_BESSEL = {
+    aten.i0.default: (lambda x: _bessel(x, _I0E_A, _I0E_B, 0, scaled=False), True),
+    aten.special_i0e.default: (lambda x: _bessel(x, _I0E_A, _I0E_B, 0, scaled=True), True),
+    aten.special_i1.default: (lambda x: _bessel(x, _I1E_A, _I1E_B, 1, scaled=False), True),
+    aten.special_i1e.default: (lambda x: _bessel(x, _I1E_A, _I1E_B, 1, scaled=True), True),
+    aten.special_modified_bessel_i0.default: (lambda x: _bessel(x, _I0E_A, _I0E_B, 0, scaled=False), False),
+    aten.special_modified_bessel_i1.default: (lambda x: _bessel(x, _I1E_A, _I1E_B, 1, scaled=False), False),
+    aten.special_bessel_j0.default: (lambda x: _bessel_j(x, 0), False),
+    aten.special_bessel_j1.default: (lambda x: _bessel_j(x, 1), False),
+    aten.special_bessel_y0.default: (lambda x: _bessel_y(x, 0), False),
+    aten.special_bessel_y1.default: (lambda x: _bessel_y(x, 1), False),
+    aten.special_modified_bessel_k0.default: (lambda x: _bessel_k(x, 0, scaled=False), False),
+    aten.special_modified_bessel_k1.default: (lambda x: _bessel_k(x, 1, scaled=False), False),
+    aten.special_scaled_modified_bessel_k0.default: (lambda x: _bessel_k(x, 0, scaled=True), False),
+    aten.special_scaled_modified_bessel_k1.default: (lambda x: _bessel_k(x, 1, scaled=True), False),
+}
+for _op, (_compute, _sixteen_bit) in _BESSEL.items():
+    lowers(_op, validator=None if _sixteen_bit else _no_16_bit)(_elementwise(_compute))
 
 
 @lowers(aten.special_spherical_bessel_j0.default, validator=_no_16_bit)
