@@ -235,6 +235,24 @@ def test_rrelu_draws_slopes_in_training_and_uses_their_mean_in_eval():
     assert_all_on_openvino(report, ops=["aten.rrelu_with_noise_functional.default"])
 
 
+@pytest.mark.parametrize("training", [True, False])
+def test_rrelu_gradient_is_the_forwards_slope(training):
+    """The backward scales by the slopes the forward drew (training) or by their mean (eval)."""
+    layer = torch.nn.RReLU(0.1, 0.3).train(training)
+    compiled = torch.compile(layer, backend="fxvino", options={"aot_autograd": True})
+    x = torch.randn(300, 40, requires_grad=True)
+    with fxvino.collect_reports() as report:
+        out = compiled(x)
+        out.sum().backward()
+    assert not report.fallbacks and not report.torch_ops, str(report)
+    assert report.ov_ops["aten.rrelu_with_noise_backward.default"] == 1
+    negative = x.detach() < 0
+    slope = torch.where(negative, out.detach() / x.detach(), torch.ones_like(x))
+    torch.testing.assert_close(x.grad, slope)
+    if not training:
+        torch.testing.assert_close(slope[negative], torch.full_like(slope[negative], 0.2))
+
+
 def test_dynamic_sizes_compile_once():
     compiled = torch.compile(lambda x: x + torch.rand(x.shape[0]), backend="fxvino", dynamic=True)
     with fxvino.collect_reports() as report, torch.no_grad():

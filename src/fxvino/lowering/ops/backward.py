@@ -301,6 +301,16 @@ def max_pool_backward(ctx, node, go, x, kernel_size, stride, padding, dilation, 
     return ops.reshape(plane, h.shape_of(x), False).output(0)
 
 
+@lowers(aten.rrelu_with_noise_backward.default)
+def rrelu_with_noise_backward(ctx, node, go, x, noise, lower, upper, training, self_is_result):
+    """RReLU's gradient, as ATen's decomposition: the forward's drawn slopes in training; else
+    leaky ReLU's with the mean slope (where ``x > 0`` is false, NaN included)."""
+    if training and upper - lower > 1e-6:
+        return ops.multiply(go, h.cast_like(noise, go)).output(0)
+    slope = ops.multiply(go, h.cast_like((lower + upper) / 2, go))
+    return ops.select(ops.less(h.cast_like(0, x), x), go, slope).output(0)
+
+
 def _avg_bw_ok(node) -> str | None:
     return _static_spatial(node, _spatial_dims(node))
 
