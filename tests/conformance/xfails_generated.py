@@ -58,11 +58,6 @@ GENERATED_XFAILS: dict[tuple[str, str, str], str] = {
     ("cholesky", "", "float32"): "[missing-lowering] aten.cholesky.default",
     ("cholesky_inverse", "", "float32"): "[missing-lowering] aten.cholesky_inverse.default",
     ("cholesky_solve", "", "float32"): "[missing-lowering] aten.cholesky_solve.default",
-    ("combinations", "", "bfloat16"): "[missing-lowering] aten.masked_select.default",
-    ("combinations", "", "bool"): "[missing-lowering] aten.masked_select.default",
-    ("combinations", "", "float16"): "[missing-lowering] aten.masked_select.default",
-    ("combinations", "", "float32"): "[missing-lowering] aten.masked_select.default",
-    ("combinations", "", "int64"): "[missing-lowering] aten.masked_select.default",
     ("complex", "", "float16"): "[declined] aten.complex.default: dtype torch.complex32 has no OpenVINO element type",
     (
         "corrcoef",
