@@ -111,8 +111,7 @@ def nonzero_static(ctx, node, x, *, size, fill_value=-1):
     """``nonzero`` cut or padded to ``size`` rows (padding rows hold ``fill_value``): a static
     shape, so the rows past those found are a constant block appended before the cut."""
     found = nonzero(ctx, node, x)  # [n, rank]
-    r = max(h.rank(x), 1) if h.rank(x) else 0
-    pad = h.const(np.full((size, r), fill_value, dtype=np.int64), torch.int64)
+    pad = h.const(np.full((size, h.rank(x)), fill_value, dtype=np.int64), torch.int64)
     both = ops.concat([found, pad], 0).output(0)
     zero, one = h.const([0], torch.int64), h.const([1], torch.int64)
     return ops.slice(both, zero, h.const([size], torch.int64), one, zero).output(0)
