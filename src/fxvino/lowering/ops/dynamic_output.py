@@ -139,9 +139,8 @@ def _runs(values: ov.Output, order: ov.Output | None, like: ov.Output, flags: tu
     """
     zero = h.const(0, torch.int64)
     n = h.reshape(h.dim(values, 0), [1])
-    before = ops.concat([h.reshape(ops.gather(values, zero, zero).output(0), [1]), values], 0).output(0)
-    before = ops.slice(before, h.const([0], torch.int64), n, h.const([1], torch.int64)).output(0)
-    first = ops.equal(h.arange(h.dim(values, 0)), zero).output(0)
+    before = ops.pad(values, h.const([1], torch.int64), h.const([-1], torch.int64), "edge").output(0)
+    first = ops.equal(h.arange(h.dim(values, 0)), zero).output(0)  # equal to "before" unless NaN
     starts_run = ops.logical_or(first, ops.not_equal(values, before)).output(0)
     starts = h.reshape(ops.non_zero(starts_run, "i64").output(0), [-1])
     unique = ops.gather(values, starts, zero).output(0)

@@ -19,10 +19,11 @@ aten = torch.ops.aten
 _ADDBMM_UNROLL = 64
 
 
-def _scaled(node, x, factor):
+def _scaled(x, factor):
+    """``x * factor`` in ``x``'s type (``x`` itself for 1)."""
     if factor == 1:
         return x
-    return ops.multiply(x, h.const(factor, h.out_dtype(node))).output(0)
+    return ops.multiply(x, h.const(factor, h.dtype_of(x))).output(0)
 
 
 def _unflattened(a: ov.Output) -> ov.Output | None:
@@ -159,10 +160,10 @@ def addmm(ctx, node, bias, a, b, *, beta=1, alpha=1):
     empty = _zeros_if_empty(node, a, b)
     if empty is not None and 0 in h.static_shape(empty):
         return empty
-    prod = empty if empty is not None else _scaled(node, _matmul(a, b), alpha)
+    prod = empty if empty is not None else _scaled(_matmul(a, b), alpha)
     n = h.static_shape(b)[-1]
     if beta != 0:  # a row bias joins an N-d product before it is flattened: FullyConnected takes both
-        bias = _scaled(node, bias, beta)
+        bias = _scaled(bias, beta)
         if h.rank(prod) > 2 and h.rank(bias) == 2 and h.static_shape(bias)[0] != 1:
             prod = _as_2d(prod, n)  # a full [M, N] bias adds to the 2-D product
         prod = ops.add(prod, bias).output(0)
@@ -178,22 +179,18 @@ def addbmm(ctx, node, bias, b1, b2, *, beta=1, alpha=1):
     out = h.out_dtype(node)
     compute = torch.float32 if out in (torch.float16, torch.bfloat16) else out
     bias, b1, b2 = (h.cast(v, compute) for v in h.to_out(node, bias, b1, b2))
-
-    def scaled(x, factor):
-        return x if factor == 1 else ops.multiply(x, h.const(factor, compute)).output(0)
-
     empty = _zeros_if_empty(node, b1, b2)
     batches = h.static_shape(b1)[0]
     if empty is not None:
         prods = [h.cast(empty, compute)]
     elif batches is not None and batches <= _ADDBMM_UNROLL:
         each = ops.split(ops.matmul(b1, b2, False, False), h.const(0, torch.int64), batches)
-        prods = [scaled(h.squeeze(each.output(i), 0), alpha) for i in range(batches)]
+        prods = [_scaled(h.squeeze(each.output(i), 0), alpha) for i in range(batches)]
     else:
         rows = h.reshape(h.transpose(b1, [1, 0, 2]), [h.dim(b1, 1), -1])
         cols = h.static_shape(b2)[2] or h.dim(b2, 2)
-        prods = [_as_2d(scaled(_matmul(rows, h.reshape(b2, [-1, cols])), alpha), cols)]
-    acc = None if beta == 0 else scaled(bias, beta)  # torch ignores the bias at 0, NaN included
+        prods = [_as_2d(_scaled(_matmul(rows, h.reshape(b2, [-1, cols])), alpha), cols)]
+    acc = None if beta == 0 else _scaled(bias, beta)  # torch ignores the bias at 0, NaN included
     for prod in prods:
         acc = prod if acc is None else ops.add(acc, prod).output(0)
     return h.cast(acc, out)
@@ -230,10 +227,10 @@ def mv(ctx, node, a, b):
 @lowers(aten.addmv.default)
 def addmv(ctx, node, bias, mat, vec, *, beta=1, alpha=1):
     bias, mat, vec = h.to_out(node, bias, mat, vec)
-    prod = _scaled(node, ops.matmul(mat, vec, False, False).output(0), alpha)
+    prod = _scaled(ops.matmul(mat, vec, False, False).output(0), alpha)
     if beta == 0:
         return prod
-    return ops.add(prod, _scaled(node, bias, beta)).output(0)
+    return ops.add(prod, _scaled(bias, beta)).output(0)
 
 
 def _p_norm(diff, p: float, axis: int):

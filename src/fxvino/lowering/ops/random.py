@@ -19,6 +19,7 @@ import openvino.opset16 as ops
 import torch
 
 from fxvino.lowering import helpers as h
+from fxvino.lowering.ops.activation import leaky_relu
 from fxvino.lowering.registry import lowers
 
 aten = torch.ops.aten
@@ -201,7 +202,7 @@ def rrelu_with_noise(ctx, node, x, noise, lower=0.125, upper=1 / 3, training=Fal
     mean slope, the noise returned as it came."""
     dtype = h.out_dtype(node)
     if not training:
-        return [ops.prelu(x, h.const([(lower + upper) / 2], dtype)).output(0), noise]
+        return [leaky_relu(ctx, node, x, (lower + upper) / 2), noise]
     draw = _affine(uniform(ctx, _shape_like(x), torch.float32, ctx.new_stream()), lower, upper - lower, dtype)
     slope = ops.select(ops.less_equal(x, h.const(0, dtype)), draw, h.const(1, dtype)).output(0)
     return [ops.multiply(x, slope).output(0), slope]

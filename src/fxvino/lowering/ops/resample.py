@@ -394,16 +394,18 @@ def grid_sampler_3d(ctx, node, x, grid, interpolation_mode, padding_mode, align_
     if interpolation_mode == 1:  # nearest: round half to even, as std::nearbyint
         corners = [([ops.round(c, "half_to_even").output(0) for c in src], None)]
     else:
-        low = [ops.floor(c).output(0) for c in src]
+        # Per axis: the two neighbouring voxel coordinates and their weights (ATen's tnw ... bse).
+        ends, weights = [], []
+        for c in src:
+            c0 = ops.floor(c).output(0)
+            c1 = ops.add(c0, h.const(1.0, F32)).output(0)
+            ends.append((c0, c1))
+            weights.append((ops.subtract(c1, c).output(0), ops.subtract(c, c0).output(0)))
         corners = []
         for dz, dy, dx in ((0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1)):
-            at, weight = [], None
-            for c, c0, d in zip(src, low, (dx, dy, dz), strict=True):
-                corner = ops.add(c0, h.const(float(d), F32)).output(0)
-                w = ops.subtract(c, c0) if d else ops.subtract(ops.add(c0, h.const(1.0, F32)), c)
-                weight = w.output(0) if weight is None else ops.multiply(weight, w).output(0)
-                at.append(corner)
-            corners.append((at, weight))
+            pick = (dx, dy, dz)
+            weight = ops.multiply(ops.multiply(weights[0][dx], weights[1][dy]), weights[2][dz]).output(0)
+            corners.append(([ends[axis][pick[axis]] for axis in range(3)], weight))
     out = None
     for at, weight in corners:
         inside, flat = None, batch_start

@@ -579,6 +579,13 @@ def _elementwise(compute):
     return lower
 
 
+def _spherical_j0(x: ov.Output) -> ov.Output:
+    """sin(x) / x; below 1/2 its Taylor series in x^2 (torch's, to x^12); 0 at the infinities."""
+    near = _series(_mul(x, x), [(-1) ** k / math.factorial(2 * k + 1) for k in range(6, -1, -1)])
+    y = _where(_lt(_unary(ops.abs, x), 0.5), near, _div(_unary(ops.sin, x), x))
+    return _where(_unary(ops.is_inf, x), 0.0, y)
+
+
 # The Bessel family: (compute, whether eager has 16-bit kernels).
 _BESSEL = {
     aten.i0.default: (lambda x: _bessel(x, _I0E_A, _I0E_B, 0, scaled=False), True),
@@ -595,15 +602,7 @@ _BESSEL = {
     aten.special_modified_bessel_k1.default: (lambda x: _bessel_k(x, 1, scaled=False), False),
     aten.special_scaled_modified_bessel_k0.default: (lambda x: _bessel_k(x, 0, scaled=True), False),
     aten.special_scaled_modified_bessel_k1.default: (lambda x: _bessel_k(x, 1, scaled=True), False),
+    aten.special_spherical_bessel_j0.default: (_spherical_j0, False),
 }
 for _op, (_compute, _sixteen_bit) in _BESSEL.items():
     lowers(_op, validator=None if _sixteen_bit else _no_16_bit)(_elementwise(_compute))
-
-
-@lowers(aten.special_spherical_bessel_j0.default, validator=_no_16_bit)
-def spherical_bessel_j0(ctx, node, x):
-    """sin(x) / x; below 1/2 its Taylor series in x^2 (torch's, to x^12); 0 at the infinities."""
-    x = _float_in(node, x)
-    near = _series(_mul(x, x), [(-1) ** k / math.factorial(2 * k + 1) for k in range(6, -1, -1)])
-    y = _where(_lt(_unary(ops.abs, x), 0.5), near, _div(_unary(ops.sin, x), x))
-    return _finish(node, x, _where(_unary(ops.is_inf, x), 0.0, y))
