@@ -195,11 +195,6 @@ GENERATED_XFAILS: dict[tuple[str, str, str], str] = {
     ("linalg.tensorinv", "", "float32"): "[missing-lowering] aten.linalg_inv_ex.default; with_effects",
     ("linalg.tensorsolve", "", "float32"): "[missing-lowering] aten._linalg_solve_ex.default; with_effects",
     (
-        "log1p",
-        "",
-        "bfloat16",
-    ): "[wrong-result] Tensor-likes are not close!; Mismatched elements: 3 / 400 (0.8%); Greatest absolute difference: 0.0029296875 at index (8, 11) (up to 1e-05 allowed); vs float64 reference: 2 element(s) worse than 2x eager's error, by up to 0.00162",
-    (
         "log_softmax",
         "",
         "bfloat16",

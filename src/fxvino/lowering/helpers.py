@@ -234,6 +234,19 @@ def to_wrapping(node: torch.fx.Node, *values: Value) -> list[ov.Output]:
     return [cast(v, dtype) for v in values]
 
 
+def opmath_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a composite op computes ``dtype`` in: ATen's CPU kernels compute 16-bit floats in
+    f32 and round once (``opmath_type``), where OpenVINO would round each intermediate and each
+    constant (ln 2 or SELU's scale) to 16 bits."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def to_opmath(node: torch.fx.Node, *values: Value) -> list[ov.Output]:
+    """Like :func:`to_out`, in :func:`opmath_dtype`: the result is cast back with :func:`cast`."""
+    dtype = opmath_dtype(out_dtype(node))
+    return [cast(v, dtype) for v in values]
+
+
 def is_float(dtype: torch.dtype) -> bool:
     return dtype.is_floating_point
 

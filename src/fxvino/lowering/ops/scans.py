@@ -22,6 +22,7 @@ import openvino.opset16 as ops
 import torch
 
 from fxvino.lowering import helpers as h
+from fxvino.lowering import precise
 from fxvino.lowering.ops.sorting import LOW_PRECISION, exact_key, first_extreme, positions, ranked, sorted_along
 from fxvino.lowering.registry import lowers
 
@@ -127,18 +128,10 @@ def cummin(ctx, node, x, dim):
     return _cum_extreme(x, dim, largest=False)
 
 
-def _log1p(d: ov.Output) -> ov.Output:
-    """log(1 + d) for d >= 0, accurate for tiny ``d`` (OpenVINO has no Log1p)."""
-    one = h.const(1, h.dtype_of(d))
-    u = ops.add(d, one)
-    ratio = ops.divide(ops.multiply(ops.log(u), d), ops.subtract(u, one))
-    return ops.select(ops.equal(u, one), d, ratio).output(0)
-
-
 def _log_add_exp(a: ov.Output, b: ov.Output) -> ov.Output:
     """log(exp(a) + exp(b)) of NaN-free operands; equal infinities give themselves."""
     hi, lo = ops.maximum(a, b), ops.minimum(a, b)
-    out = ops.add(hi, _log1p(ops.exp(ops.subtract(lo, hi)).output(0)))
+    out = ops.add(hi, precise.log1p(ops.exp(ops.subtract(lo, hi)).output(0)))
     same_inf = ops.logical_and(ops.equal(a, b), ops.is_inf(a))
     return ops.select(same_inf, hi, out).output(0)
 
