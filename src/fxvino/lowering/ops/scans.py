@@ -131,7 +131,7 @@ def cummin(ctx, node, x, dim):
 def _log_add_exp(a: ov.Output, b: ov.Output) -> ov.Output:
     """log(exp(a) + exp(b)) of NaN-free operands; equal infinities give themselves."""
     hi, lo = ops.maximum(a, b), ops.minimum(a, b)
-    out = ops.add(hi, precise.log1p(ops.exp(ops.subtract(lo, hi)).output(0)))
+    out = ops.add(hi, precise.log1p_of_unit(ops.exp(ops.subtract(lo, hi)).output(0)))
     same_inf = ops.logical_and(ops.equal(a, b), ops.is_inf(a))
     return ops.select(same_inf, hi, out).output(0)
 
