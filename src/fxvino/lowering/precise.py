@@ -86,9 +86,13 @@ def _nan_kept(x: ov.Output, y: ov.Output) -> ov.Output:
 def _exp_operand(v: ov.Output) -> ov.Output | None:
     """``a`` if ``v`` is ``exp(a)``, bare or with its NaN kept (``elementwise._exp``)."""
     node = v.get_node()
-    if node.get_type_name() == "Select":
-        v = node.input_value(2)
+    if node.get_type_name() == "Select":  # Select(IsNaN(a), a, Exp(a)) and nothing else
+        condition, kept, v = node.input_value(0), node.input_value(1), node.input_value(2)
+        if condition.get_node().get_type_name() != "IsNaN" or condition.get_node().input_value(0) != kept:
+            return None
         node = v.get_node()
+        if node.get_type_name() != "Exp" or node.input_value(0) != kept:
+            return None
     return node.input_value(0) if node.get_type_name() == "Exp" else None
 
 
