@@ -94,7 +94,7 @@ SIXTEEN_BIT_COMPOSITES = {
 }
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
 @pytest.mark.parametrize("name", list(SIXTEEN_BIT_COMPOSITES))
 def test_sixteen_bit_composites_round_once_like_eager(name, dtype):
     """Eager's value rounded once from f32. Where both compute the function in f32 to within an f32
