@@ -12,6 +12,7 @@ operand's type; 16-bit lowerings call them in f32 (``helpers.to_opmath``).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import openvino as ov
 import openvino.opset16 as ops
@@ -50,7 +51,7 @@ def log1p_of_unit(e: ov.Output) -> ov.Output:
     ``e / (2 + e)``."""
     dtype = h.dtype_of(e)
     s = ops.divide(e, ops.add(e, h.const(2, dtype))).output(0)
-    poly = _horner(ops.multiply(s, s).output(0), _ATANH_SERIES)
+    poly = polynomial(ops.multiply(s, s).output(0), _ATANH_SERIES)
     return ops.multiply(ops.add(s, s), poly).output(0)
 
 
@@ -65,7 +66,7 @@ def expm1(x: ov.Output) -> ov.Output:
     log(u)``: OpenVINO's Log runs outside the plugin's fused kernels); NaN kept (the plugin's
     exp(NaN) is +inf)."""
     dtype = h.dtype_of(x)
-    near = ops.multiply(x, _horner(x, _EXPM1_SERIES)).output(0)
+    near = ops.multiply(x, polynomial(x, _EXPM1_SERIES)).output(0)
     far = ops.subtract(ops.exp(x), h.const(1, dtype)).output(0)
     small = ops.less(ops.abs(x), h.const(_EXPM1_SERIES_BELOW, dtype))
     return _nan_kept(x, ops.select(small, near, far).output(0))
@@ -101,8 +102,9 @@ def _is_minus_abs(v: ov.Output) -> bool:
     return node.get_type_name() == "Negative" and node.input_value(0).get_node().get_type_name() == "Abs"
 
 
-def _horner(x: ov.Output, coefficients: list[float]) -> ov.Output:
-    """The polynomial with ``coefficients`` (highest power first) at ``x``."""
+def polynomial(x: ov.Output, coefficients: Sequence[float]) -> ov.Output:
+    """The polynomial with ``coefficients`` (highest power first) at ``x``, by Horner's rule, in
+    ``x``'s type."""
     dtype = h.dtype_of(x)
     poly = h.const(coefficients[0], dtype)
     for c in coefficients[1:]:
@@ -119,5 +121,5 @@ _ERF_SERIES_BELOW = 0.5  # the plugin's Erf is within 2.4e-7 relative from ~0.32
 def erf(x: ov.Output) -> ov.Output:
     """The plugin's Erf, or below 1/2 in magnitude the series (odd: x times a polynomial in x^2)."""
     dtype = h.dtype_of(x)
-    near = ops.multiply(x, _horner(ops.multiply(x, x).output(0), _ERF_SERIES)).output(0)
+    near = ops.multiply(x, polynomial(ops.multiply(x, x).output(0), _ERF_SERIES)).output(0)
     return ops.select(ops.less(ops.abs(x), h.const(_ERF_SERIES_BELOW, dtype)), near, ops.erf(x)).output(0)

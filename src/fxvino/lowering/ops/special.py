@@ -21,6 +21,7 @@ import openvino.opset16 as ops
 import torch
 
 from fxvino.lowering import helpers as h
+from fxvino.lowering import precise
 from fxvino.lowering.registry import lowers
 
 aten = torch.ops.aten
@@ -240,10 +241,7 @@ def _series(x: ov.Output, coeffs: Sequence[float], chebyshev: bool = False) -> o
     chbevl: the Clenshaw sum of ``coeffs`` (highest order first) in Chebyshev polynomials of
     ``x / 2``, the last coefficient halved."""
     if not chebyshev:
-        acc = _v(coeffs[0])
-        for c in coeffs[1:]:
-            acc = _add(_mul(acc, x), c)
-        return acc
+        return precise.polynomial(x, coeffs)
     b0, b1, b2 = _v(coeffs[0]), _v(0.0), _v(0.0)
     for c in coeffs[1:]:
         b2, b1 = b1, b0
