@@ -1,8 +1,9 @@
 """Functions whose small values OpenVINO's own ops lose, and 16-bit composites, against eager.
 
-``log1p``, ``expm1``, ``erf`` and ``softplus`` (and what PyTorch decomposes into them:
-``logsigmoid``, ``logaddexp``, ``xlog1py``) must keep eager's relative accuracy at every
-magnitude (``lowering/precise.py``); composite 16-bit ops compute in f32 and round once, as
+``log``, ``log2`` and ``log10`` must be as accurate as eager's at every magnitude; ``log1p``,
+``expm1``, ``erf`` and ``softplus`` (and what PyTorch decomposes into them: ``logsigmoid``,
+``logaddexp``, ``xlog1py``) must keep eager's relative accuracy at every magnitude
+(``lowering/precise.py``); composite 16-bit ops compute in f32 and round once, as
 ATen's kernels do, so their results are eager's bit for bit. Expectations are eager's.
 """
 
@@ -38,6 +39,26 @@ def _check_relative(fn, *args, ops: tuple[str, ...] = ()):
     normal = finite & (expected.abs() >= torch.finfo(torch.float32).tiny)  # the plugin flushes subnormals
     torch.testing.assert_close(out[normal], expected[normal], rtol=RTOL, atol=0)
     return out, expected
+
+
+LOGS = {"log": torch.log, "log2": torch.log2, "log10": torch.log10}
+
+
+@pytest.mark.parametrize("name", list(LOGS))
+def test_logs_are_accurate_at_every_magnitude_and_at_their_ends(name):
+    """From the smallest normal to the largest float, near 1 (where the value is the small
+    difference) and around the powers of two the exponent search splits at; a subnormal operand
+    gives eager's value or, flushed to zero by the plugin (Guarantees), -inf."""
+    near_one = 1 + _magnitudes(1e-7, 0.3)
+    powers = torch.tensor([2.0**k for k in range(-126, 128, 7)])
+    edges = torch.cat([powers, powers * 0.99999994, powers * 1.0000001, powers * 1.4142135, powers * 1.4142137])
+    specials = torch.tensor([0.0, -0.0, -1.0, -1e-30, INF, -INF, NAN, 1.0, 2.0, 0.5, 3.4028235e38])
+    x = torch.cat([_magnitudes(1.2e-38, 3e38).abs(), near_one, edges, specials])
+    _check_relative(LOGS[name], x, ops=(f"aten.{name}.default",))
+    subnormal = torch.tensor([1e-45, 3e-42, 1e-39, 2.0**-127])
+    out, _ = run_fxvino(LOGS[name], subnormal)
+    flushed = out == -INF
+    torch.testing.assert_close(out[~flushed], LOGS[name](subnormal)[~flushed], rtol=RTOL, atol=0)
 
 
 def test_log1p_is_accurate_near_zero_and_at_its_ends():
