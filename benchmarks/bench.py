@@ -61,6 +61,20 @@ def microarchitecture(vendor: str, family: int, model: int) -> str | None:
     return next((name for lo, hi, name in _UARCH.get((vendor, family), []) if lo <= model <= hi), None)
 
 
+def interleaved_times(contenders: dict[str, Any], *args: Any, rounds: int, calls: int = 5) -> dict[str, list[float]]:
+    """Seconds per call of each contender on ``args``: ``rounds`` rounds of ``calls`` calls each,
+    the contenders taking turns, each round starting on idle threads."""
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, fn in contenders.items():
+            time.sleep(0.02)  # past libgomp's and TBB's spin: each contender starts on idle threads
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                fn(*args)
+                times[name].append(time.perf_counter() - t0)
+    return times
+
+
 def machine_info() -> dict[str, Any]:
     info: dict[str, Any] = {"cpu": platform.processor() or "unknown", "logical_cores": os.cpu_count()}
     try:

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.bench import machine_info
+from benchmarks.bench import interleaved_times, machine_info
 
 
 def _functions() -> dict[str, Callable[..., Any]]:
@@ -114,14 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                     " fxvino / all on OpenVINO |"
                 )
                 print("|---|" + "--:|" * (len(names) + 3))
-            times: dict[str, list[float]] = {name: [] for name in contenders}
-            for _ in range(args.rounds):
-                for name, compiled in contenders.items():
-                    time.sleep(0.02)  # past libgomp's and TBB's spin: each contender starts on idle threads
-                    for _ in range(5):
-                        t0 = time.perf_counter()
-                        compiled(x)
-                        times[name].append(time.perf_counter() - t0)
+            times = interleaved_times(contenders, x, rounds=args.rounds)
         med = {name: 1e6 * statistics.median(t) for name, t in times.items()}
         low = {name: 1e6 * min(t) for name, t in times.items()}
         cells = [f"{med[n]:.0f} ({low[n]:.0f})" if n in med else "—" for n in names]

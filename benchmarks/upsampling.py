@@ -15,10 +15,9 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
-import time
 from typing import Any
 
-from benchmarks.bench import machine_info
+from benchmarks.bench import interleaved_times, machine_info
 
 # (in channels, out channels, kernel, stride, input length): EnCodec 24 kHz, 1 s of audio at its
 # 75 Hz frame rate, then a DAC-like decoder's first upsampling.
@@ -79,15 +78,8 @@ def main(argv: list[str] | None = None) -> int:
                 conv._height_one = chosen
             contenders[name] = compiled
             kernels[name] = _deconvolution_kernel(report)
-        times: dict[str, list[float]] = {name: [] for name in contenders}
         with torch.no_grad():
-            for _ in range(args.rounds):
-                for name, fn in contenders.items():
-                    time.sleep(0.02)  # past libgomp's and TBB's spin: each contender starts on idle threads
-                    for _ in range(5):
-                        t0 = time.perf_counter()
-                        fn(x)
-                        times[name].append(time.perf_counter() - t0)
+            times = interleaved_times(contenders, x, rounds=args.rounds)
         med = {name: 1e3 * statistics.median(t) for name, t in times.items()}
         print(
             f"| {c_in}, {c_out}, {k}, {s}, {length} | {med['eager']:.2f} | {med['1-d']:.2f} | {med['fxvino']:.2f} "
