@@ -1,11 +1,12 @@
 """Logarithms and their kin on large tensors: fxvino against eager, Inductor and the OpenVINO wheel.
 
 The CPU plugin has no vectorized kernel for OpenVINO's Log (nor Sin, Atan, ...): it runs a scalar
-reference loop, 8-40x an Add's time per element, so fxvino runs those ops on large static tensors
-in PyTorch (``partitioning/support.py``). This times, in one process and interleaved, eager
-PyTorch, Inductor, the OpenVINO wheel's ``torch.compile`` backend, fxvino, and fxvino with every
-op on OpenVINO (that rule off while it compiles) over functions that compute a logarithm or
-another such op of every element, and prints each one's median (min) time and fxvino's ratios:
+reference loop, 8-40x an Add's time per element. This times, in one process and interleaved,
+eager PyTorch, Inductor, the OpenVINO wheel's ``torch.compile`` backend, fxvino, and fxvino on one
+thread (what a static graph of at most 2^18 elements got as "tiny" before a reference loop's
+element counted its cost in Adds, ``compilation/plugin_config.py``) over functions that compute a
+logarithm or another such op of every element, and prints each one's median (min) time and
+fxvino's ratios:
 
     python -m benchmarks.elementwise
     python -m benchmarks.elementwise --rounds 20 --size 80x3000
@@ -41,9 +42,6 @@ def _functions() -> dict[str, Callable[..., Any]]:
     }
 
 
-ALL_ON_OPENVINO = "fxvino all on OpenVINO"
-
-
 def _contenders(fn: Callable[..., Any]) -> dict[str, Callable[..., Any]]:
     import torch
 
@@ -55,23 +53,9 @@ def _contenders(fn: Callable[..., Any]) -> dict[str, Callable[..., Any]]:
     except ImportError:
         pass
     out["fxvino"] = torch.compile(fn, backend="fxvino", dynamic=False)
-    # options of its own: another backend to Dynamo, so it compiles (on its first call) anew
-    out[ALL_ON_OPENVINO] = torch.compile(fn, backend="fxvino", dynamic=False, options={"config": {}})
+    one_thread = {"config": {"INFERENCE_NUM_THREADS": 1, "ENABLE_CPU_PINNING": "NO"}}
+    out["fxvino 1 thread"] = torch.compile(fn, backend="fxvino", dynamic=False, options=one_thread)
     return out
-
-
-def _first_call(name: str, fn: Callable[..., Any], x: Any) -> Any:
-    """The call that compiles: for ``ALL_ON_OPENVINO`` with the placement rule off."""
-    if name != ALL_ON_OPENVINO:
-        return fn(x)
-    from fxvino.partitioning import support
-
-    rule = support.slow_on_cpu_reason
-    support.slow_on_cpu_reason = lambda node: None  # read when the graph is partitioned
-    try:
-        return fn(x)
-    finally:
-        support.slow_on_cpu_reason = rule
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,15 +86,14 @@ def main(argv: list[str] | None = None) -> int:
         expected = fn(x)
         with torch.no_grad():
             for name, compiled in contenders.items():  # compile, warm up, check against eager
-                out = _first_call(name, compiled, x)
-                for _ in range(2):
+                for _ in range(3):
                     out = compiled(x)
                 torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6, msg=f"{label}: {name}")
             if names is None:
                 names = list(contenders)
                 print(
                     "| function | " + " | ".join(f"{n} µs" for n in names) + " | fxvino / eager | fxvino / inductor |"
-                    " fxvino / all on OpenVINO |"
+                    " fxvino / 1 thread |"
                 )
                 print("|---|" + "--:|" * (len(names) + 3))
             times = interleaved_times(contenders, x, rounds=args.rounds)
@@ -119,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = [f"{med[n]:.0f} ({low[n]:.0f})" if n in med else "—" for n in names]
         print(
             f"| {label} | " + " | ".join(cells) + f" | {med['fxvino'] / med['eager']:.2f} "
-            f"| {med['fxvino'] / med['inductor']:.2f} | {med['fxvino'] / med[ALL_ON_OPENVINO]:.2f} |"
+            f"| {med['fxvino'] / med['inductor']:.2f} | {med['fxvino'] / med['fxvino 1 thread']:.2f} |"
         )
     return 0
 

@@ -2,8 +2,7 @@
 
 ``decline_reason`` (lowering/registry.py) is the one statement of what an op supports; the rules
 here decline nodes that would lower but must stay in PyTorch because of where they sit in the
-graph (a getitem of a PyTorch node, views whose storage is read) or because PyTorch runs them
-several times faster on a large tensor (``slow_on_cpu_reason``), and record every declined node
+graph (a getitem of a PyTorch node, views whose storage is read), and record every declined node
 in the report.
 """
 
@@ -18,7 +17,6 @@ import torch
 import torch.fx
 from torch.fx.passes.operator_support import OperatorSupport
 
-from fxvino.devices import may_run_on_cpu
 from fxvino.lowering.registry import decline_reason, op_name
 from fxvino.lowering.views import view_chain
 from fxvino.options import Options
@@ -29,73 +27,8 @@ NON_COMPUTE = ["_operator.getitem", "torch.ops.aten.sym_size.int"]
 
 
 def decline_reasons(graph: torch.fx.Graph, options: Options) -> dict[torch.fx.Node, str | None]:
-    """Every call of ``graph`` with why it does not run on OpenVINO (None: it does)."""
-    on_cpu = may_run_on_cpu(options.device)
-    return {
-        n: decline_reason(n, options.disabled_ops) or (slow_on_cpu_reason(n) if on_cpu else None)
-        for n in graph.nodes
-        if n.op == "call_function"
-    }
-
-
-aten = torch.ops.aten
-# Ops whose lowering is one that OpenVINO's CPU plugin computes in a scalar reference loop, with no
-# vectorized kernel: 4-5 ns an element whatever the value (one Zen 4 thread; Log 3.9, Atanh 27),
-# where eager's vectorized kernels take well under one. 262,144 f32 values, medians of interleaved
-# calls: log 1,308 us against eager's 215, sin 2,730 against 320 (benchmarks/elementwise.py).
-_REFERENCE_LOOPS = frozenset(
-    {
-        aten.log.default,
-        aten.log2.default,
-        aten.log10.default,
-        aten.log1p.default,
-        aten.sin.default,
-        aten.cos.default,
-        aten.tan.default,
-        aten.asin.default,
-        aten.acos.default,
-        aten.atan.default,
-        aten.atan2.default,
-        aten.sinh.default,
-        aten.cosh.default,
-        aten.asinh.default,
-        aten.acosh.default,
-        aten.atanh.default,
-    }
-)
-# From this many elements such an op runs in PyTorch, between OpenVINO partitions: a partition
-# boundary costs some 10-20 us, a reference loop over 16,384 elements 60-100 us more than eager.
-SLOW_ON_CPU_ELEMENTS = 16384
-
-
-def _log1p_of_exp_minus_abs(node: torch.fx.Node) -> bool:
-    """``log1p(exp(-|a|))`` (PyTorch's logsigmoid and logaddexp): lowered as a series of ops the
-    plugin fuses, no Log (``lowering/precise.py``)."""
-    chain = (aten.exp.default, aten.neg.default, aten.abs.default)
-    x: Any = node
-    for target in (aten.log1p.default, *chain):
-        if not isinstance(x, torch.fx.Node) or x.target is not target:
-            return False
-        x = x.args[0]
-    return True
-
-
-def slow_on_cpu_reason(node: torch.fx.Node) -> str | None:
-    """Why a reference-loop op of at least ``SLOW_ON_CPU_ELEMENTS`` static elements runs in
-    PyTorch when the graph may run on the CPU (None otherwise, and for dynamic shapes: a call may
-    bring any size)."""
-    if node.target not in _REFERENCE_LOOPS or _log1p_of_exp_minus_abs(node):
-        return None
-    val = node.meta.get("val")
-    if not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in val.shape):
-        return None
-    if val.numel() < SLOW_ON_CPU_ELEMENTS:
-        return None
-    name = op_name(node.target).removeprefix("aten.").removesuffix(".default")
-    return (
-        f"OpenVINO's CPU plugin computes {name} in a scalar loop, several times eager's time on "
-        f"{val.numel():,} elements (PyTorch runs it from {SLOW_ON_CPU_ELEMENTS:,})"
-    )
+    """Every call of ``graph`` with why it cannot run on OpenVINO (None: it can)."""
+    return {n: decline_reason(n, options.disabled_ops) for n in graph.nodes if n.op == "call_function"}
 
 
 class Support(OperatorSupport):
