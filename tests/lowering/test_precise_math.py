@@ -47,8 +47,8 @@ LOGS = {"log": torch.log, "log2": torch.log2, "log10": torch.log10}
 @pytest.mark.parametrize("name", list(LOGS))
 def test_logs_are_accurate_at_every_magnitude_and_at_their_ends(name):
     """From the smallest normal to the largest float, near 1 (where the value is the small
-    difference) and around the powers of two the exponent search splits at; a subnormal operand
-    gives eager's value or, flushed to zero by the plugin (Guarantees), -inf."""
+    difference) and on both sides of powers of two and of their multiples by sqrt(2); a subnormal
+    operand gives eager's value or, flushed to zero by the plugin (Guarantees), -inf."""
     near_one = 1 + _magnitudes(1e-7, 0.3)
     powers = torch.tensor([2.0**k for k in range(-126, 128, 7)])
     edges = torch.cat([powers, powers * 0.99999994, powers * 1.0000001, powers * 1.4142135, powers * 1.4142137])
