@@ -85,6 +85,8 @@ class GraphReport:
     notes: list[str] = dataclasses.field(default_factory=list)
     # Why the compiled models were freed (a dynamic recompile superseded the graph), if they were.
     released: str | None = None
+    # PyTorch ops that run on one thread, between OpenVINO inferences (runtime/torch_threads.py).
+    one_thread_ops: int = 0
 
     @property
     def ov_partitions(self) -> list[PartitionReport]:
@@ -132,6 +134,11 @@ class GraphReport:
             lines.append(f"  released: {self.released} (compiled again if it is called again)")
         if self.torch_ops:
             lines.append("  in PyTorch: " + ", ".join(f"{op} x{n}" for op, n in self.torch_ops.most_common()))
+        if self.one_thread_ops:
+            lines.append(
+                f"  its {self.one_thread_ops} PyTorch op(s) run on one thread, between OpenVINO inferences "
+                "(PyTorch's idle threads would spin on the cores OpenVINO needs)"
+            )
         for fb in self.fallbacks:
             lines.append(f"  fallback: {fb.where} ({fb.op}) -> {fb.ran_on}: {fb.reason}")
         return "\n".join(lines)
@@ -168,7 +175,8 @@ class Report:
     @property
     def hints(self) -> list[str]:
         """What the user can change outside fxvino to make these graphs faster (not fallbacks)."""
-        between = bool(self.torch_ops) or any(not b.eager_frame for b in self.dynamo)
+        in_graphs = any(g.torch_ops and not g.one_thread_ops for g in self.graphs)
+        between = in_graphs or any(not b.eager_frame for b in self.dynamo)
         return [OPENMP_SPIN_HINT] if between and openmp_spins() else []
 
     @property

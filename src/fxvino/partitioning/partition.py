@@ -29,8 +29,8 @@ from fxvino.partitioning.guarded import GuardedPartition, ov_message
 from fxvino.partitioning.job import Job
 from fxvino.partitioning.whole_graph import whole_graph_partition
 from fxvino.report import Fallback, GraphReport, PartitionReport
-from fxvino.runtime import weight_pages
-from fxvino.utils.fx import fetch_attr, graph_forward, placeholders_to_attrs
+from fxvino.runtime import torch_threads, weight_pages
+from fxvino.utils.fx import FORWARD_WRAPPER, fetch_attr, graph_forward, placeholders_to_attrs
 
 
 def partition_and_compile(gm: torch.fx.GraphModule, options: Options, report: GraphReport) -> torch.fx.GraphModule:
@@ -41,6 +41,9 @@ def partition_and_compile(gm: torch.fx.GraphModule, options: Options, report: Gr
     job = Job(options, report)
     runner = _split_and_compile(gm, reasons, job, report.name)
     runner.meta["fxvino_partitions"] = job.partitions  # what releasing the graph frees (superseded.py)
+    report.one_thread_ops = torch_threads.pytorch_ops_between_inferences(runner)
+    if report.one_thread_ops:
+        runner.meta[FORWARD_WRAPPER] = torch_threads.one_thread
     return runner
 
 
@@ -174,7 +177,7 @@ def _isolate(
     reasons[blamed.node] = blamed.reason
     inner = _split_and_compile(sub, reasons, job, name)
     runtime_args = [a for i, a in enumerate(node.args) if i not in constants]
-    _install(parent, node, graph_forward(inner), single, runtime_args)
+    _install(parent, node, graph_forward(inner), single, runtime_args, runs=inner)
 
 
 def _to_fallback(parent, node, sub, single: bool, job: Job, preport: PartitionReport, why: str) -> None:
@@ -186,11 +189,19 @@ def _to_fallback(parent, node, sub, single: bool, job: Job, preport: PartitionRe
     if inductor_why:
         why = f"{why}; {inductor_why}"
     job.report.fallback(Fallback(preport.name, f"partition of {preport.num_nodes} nodes", why, ran_on))
-    _install(parent, node, runner, single, list(node.args))
+    _install(parent, node, runner, single, list(node.args), runs="fallback")
 
 
-def _install(parent: torch.fx.GraphModule, node: torch.fx.Node, runner: Callable, single: bool, args: list) -> None:
-    """Replace ``node``'s call_module by a call to ``runner`` with ``args``."""
+def _install(
+    parent: torch.fx.GraphModule,
+    node: torch.fx.Node,
+    runner: Callable,
+    single: bool,
+    args: list,
+    runs: str | torch.fx.GraphModule = "openvino",
+) -> None:
+    """Replace ``node``'s call_module by a call to ``runner`` with ``args``; ``runs`` says what
+    it runs (``torch_threads.RUNS``)."""
     fn: Any
     if single:
 
@@ -207,6 +218,7 @@ def _install(parent: torch.fx.GraphModule, node: torch.fx.Node, runner: Callable
     with parent.graph.inserting_before(node):
         new = parent.graph.call_function(fn, tuple(args))
     new.meta = dict(node.meta)
+    new.meta[torch_threads.RUNS] = runs
     node.replace_all_uses_with(new)
     parent.graph.erase_node(node)
 

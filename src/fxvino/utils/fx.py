@@ -80,9 +80,15 @@ def contiguous_group_norm_inputs(gm: torch.fx.GraphModule) -> int:
     return count
 
 
+# GraphModule meta key: a function that wraps the graph's forward for every call (what the
+# partitioner decides around a graph as a whole, e.g. runtime/torch_threads.py).
+FORWARD_WRAPPER = "fxvino_forward_wrapper"
+
+
 def graph_forward(gm: torch.fx.GraphModule) -> Callable:
     """The generated code itself, without nn.Module's call machinery (a lazy module's code is
-    generated now, once, rather than checked for on every call)."""
+    generated now, once, rather than checked for on every call), in its ``FORWARD_WRAPPER``."""
     if isinstance(gm, _LazyGraphModule):
         gm.real_recompile()
-    return gm.forward
+    wrapper = gm.meta.get(FORWARD_WRAPPER)
+    return gm.forward if wrapper is None else wrapper(gm.forward)
