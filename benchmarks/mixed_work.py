@@ -9,8 +9,12 @@ to back, in a fresh process for each environment (libgomp reads its wait policy 
 
     python -m benchmarks.mixed_work                     # ResNet-50, bf16 and f32
     python -m benchmarks.mixed_work --precision bf16 --rounds 3
+    python -m benchmarks.mixed_work --generate small --rounds 3   # decode, vocabulary 151,936
 
-The penalty is ``(preprocess + call) - preprocess - call``: the cost of the order alone.
+The penalty is ``(preprocess + call) - preprocess - call``: the cost of the order alone. With
+``--generate``, each process times fxvino's greedy decode of a Qwen2 with random weights and
+Qwen's vocabulary instead: transformers copies the last position's logits after every step, a
+parallel PyTorch op for a vocabulary above 32,768 entries, right before the next step's inference.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ RESULT = "MIXED_RESULT "
 # Longer than libgomp's and TBB's spin before sleeping, so each step starts with idle threads.
 SETTLE_S = 0.02
 DEFAULT_ENVS = ["OMP_WAIT_POLICY=PASSIVE", "GOMP_SPINCOUNT=10000"]
+# Qwen2 shapes for ``--generate`` (hidden size, layers): a small probe, and Qwen2.5-0.5B's.
+GENERATE_SIZES = {"small": (512, 4), "0.5b": (896, 24)}
 
 
 def worker(model_name: str, precision: str, calls: int) -> dict[str, dict[str, float]]:
@@ -79,6 +85,65 @@ def worker(model_name: str, precision: str, calls: int) -> dict[str, dict[str, f
     return {k: {"median_ms": statistics.median(v) * 1e3, "min_ms": min(v) * 1e3} for k, v in times.items()}
 
 
+def generate_worker(size: str, calls: int) -> dict[str, dict[str, float]]:
+    """fxvino's greedy decode, ms per token: (36 new tokens - 4 new tokens) / 32, per round."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    import fxvino  # noqa: F401
+
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    hidden, layers = GENERATE_SIZES[size]
+    config = Qwen2Config(
+        hidden_size=hidden,
+        intermediate_size=hidden * 3,
+        num_hidden_layers=layers,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    )
+    model = Qwen2ForCausalLM(config).eval()
+    model.forward = torch.compile(model.forward, backend="fxvino")
+    ids = torch.randint(0, config.vocab_size, (1, 16))
+
+    def generate(n: int) -> None:
+        with torch.no_grad():
+            model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)
+
+    generate(8)
+    per_token = []
+    for _ in range(calls):
+        time.sleep(SETTLE_S)
+        t0 = time.perf_counter()
+        generate(4)
+        t1 = time.perf_counter()
+        generate(36)
+        per_token.append(((time.perf_counter() - t1) - (t1 - t0)) / 32)
+    return {"decode": {"median_ms": statistics.median(per_token) * 1e3, "min_ms": min(per_token) * 1e3}}
+
+
+def _run_worker(args: list[str], extra: dict[str, str]) -> dict:
+    cmd = [sys.executable, "-m", "benchmarks.mixed_work", *args]
+    out = subprocess.run(cmd, env={**os.environ, **extra}, capture_output=True, text=True, check=True).stdout
+    return json.loads(next(ln for ln in out.splitlines() if ln.startswith(RESULT))[len(RESULT) :])
+
+
+def _generate_main(size: str, envs: dict[str, dict[str, str]], rounds: int, calls: int) -> None:
+    runs: dict[str, list[dict]] = {env: [] for env in envs}
+    for _ in range(rounds):
+        for env, extra in envs.items():  # alternated, so drift hits both
+            runs[env].append(_run_worker(["--generate-worker", size, "--calls", str(calls)], extra))
+    hidden, layers = GENERATE_SIZES[size]
+    print(f"\n## fxvino greedy decode, Qwen2 {hidden} wide, {layers} layers, vocabulary 151,936 (ms/token)\n")
+    print("| environment | each process's median (min) |")
+    print("|---|---|")
+    for env, results in runs.items():
+        cells = ", ".join(f"{r['decode']['median_ms']:.2f} ({r['decode']['min_ms']:.2f})" for r in results)
+        print(f"| {env} | {cells} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="resnet50", help="a model of fxvino.tools.zoo taking one image tensor")
@@ -91,28 +156,31 @@ def main() -> None:
         metavar="NAME=VALUE",
         help=f"an environment to compare with the default one (repeatable; default: {', '.join(DEFAULT_ENVS)})",
     )
+    parser.add_argument(
+        "--generate", choices=list(GENERATE_SIZES), help="time fxvino's decode of a Qwen2 of this size instead"
+    )
     parser.add_argument("--worker", nargs=2, metavar=("MODEL", "PRECISION"), help=argparse.SUPPRESS)
+    parser.add_argument("--generate-worker", choices=list(GENERATE_SIZES), help=argparse.SUPPRESS)
     a = parser.parse_args()
     if a.worker:
         print(RESULT + json.dumps(worker(a.worker[0], a.worker[1], a.calls)), flush=True)
+        return
+    if a.generate_worker:
+        print(RESULT + json.dumps(generate_worker(a.generate_worker, a.calls)), flush=True)
         return
     m = machine_info()
     print(f"# {m.get('cpu')}, {m.get('logical_cores')} logical cores; ISA: {m.get('isa')}")
     print(f"# fxvino at {m.get('fxvino_commit')}, torch {m.get('torch')}, openvino {m.get('openvino')}")
     envs = {"default": {}} | {e: dict([e.split("=", 1)]) for e in a.env or DEFAULT_ENVS}
+    if a.generate:
+        _generate_main(a.generate, envs, a.rounds, min(a.calls, 5))
+        return
     precisions = ["bf16", "f32"] if a.precision == "both" else [a.precision]
     for precision in precisions:
         runs: dict[str, list[dict]] = {env: [] for env in envs}
         for _ in range(a.rounds):
             for env, extra in envs.items():  # alternated, so drift hits both
-                cmd = [sys.executable, "-m", "benchmarks.mixed_work", "--worker", a.model, precision]
-                cmd += ["--calls", str(a.calls)]
-                out = subprocess.run(
-                    cmd, env={**os.environ, **extra}, capture_output=True, text=True, check=True
-                ).stdout
-                runs[env].append(
-                    json.loads(next(ln for ln in out.splitlines() if ln.startswith(RESULT))[len(RESULT) :])
-                )
+                runs[env].append(_run_worker(["--worker", a.model, precision, "--calls", str(a.calls)], extra))
         print(f"\n## {a.model} {precision}: medians over {a.rounds} processes of each one's median (ms)\n")
         print("| environment | backend | call | preprocess + call | penalty of the order (range) | × the two apart |")
         print("|---|---|--:|--:|--:|--:|")
