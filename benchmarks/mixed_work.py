@@ -11,7 +11,9 @@ to back, in a fresh process for each environment (libgomp reads its wait policy 
     python -m benchmarks.mixed_work --precision bf16 --rounds 3
     python -m benchmarks.mixed_work --generate small --rounds 3   # decode, vocabulary 151,936
 
-The penalty is ``(preprocess + call) - preprocess - call``: the cost of the order alone. With
+The penalty is ``(preprocess + call) - preprocess - call``: the cost of the order alone; the row
+"fxvino, preprocess on one thread" preprocesses as ``fxvino.serving`` decodes requests (on the
+calling thread alone), its penalty counting that slower preprocess too. With
 ``--generate``, each process times fxvino's greedy decode of a Qwen2 with random weights and
 Qwen's vocabulary instead: transformers copies the last position's logits after every step, a
 parallel PyTorch op for a vocabulary above 32,768 entries, right before the next step's inference.
@@ -43,6 +45,7 @@ def worker(model_name: str, precision: str, calls: int) -> dict[str, dict[str, f
 
     import fxvino  # noqa: F401
     from benchmarks.worker import build
+    from fxvino.runtime.torch_threads import one_thread_here
 
     torch.set_num_threads(2)
     model, args = build(model_name)
@@ -72,6 +75,13 @@ def worker(model_name: str, precision: str, calls: int) -> dict[str, dict[str, f
             steps[f"{name}: call"] = lambda call=call: call(x)
             steps[f"{name}: preprocess + call"] = lambda call=call: call(preprocess())
         steps["preprocess"] = preprocess
+
+        def preprocess_on_one_thread() -> torch.Tensor:  # what fxvino.serving's handlers do
+            with one_thread_here():
+                return preprocess()
+
+        steps["fxvino, preprocess on one thread: call"] = steps["fxvino: call"]
+        steps["fxvino, preprocess on one thread: preprocess + call"] = lambda: fx(preprocess_on_one_thread())
         times: dict[str, list[float]] = {k: [] for k in steps}
         for step in steps.values():
             for _ in range(3):

@@ -43,6 +43,24 @@ def test_load_model_compiles_warms_up_and_reports():
     assert "on OpenVINO" in loaded.summary()
 
 
+@pytest.mark.parametrize(("backend", "inside"), [("fxvino", 1), ("eager", 2)])
+def test_inputs_are_prepared_on_one_thread_when_openvino_serves(backend, inside):
+    """A request's decoding on PyTorch's threads leaves them spinning on the cores the next
+    OpenVINO inference needs: with fxvino serving, it runs on the calling thread alone."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        loaded = load_model(_mlp(), [(torch.randn(1, 8),)], backend=backend)
+        with loaded.preparing():
+            assert torch.get_num_threads() == inside
+        assert torch.get_num_threads() == 2
+        with pytest.raises(inputs.BadRequest), loaded.preparing():
+            raise inputs.BadRequest("a malformed request")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_a_failing_openvino_compile_still_serves_with_the_fallback_reported():
     model, x = _mlp(), torch.randn(2, 8)
     loaded = load_model(model, [(x,)], fxvino={"config": {"INFERENCE_NUM_THREADS": "many"}})

@@ -18,10 +18,11 @@ Inductor) keeps PyTorch's threads, which may be worth more than the spin costs.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -175,25 +176,50 @@ def available() -> bool:
 
 def one_thread(forward: Callable[..., Any]) -> Callable[..., Any]:
     """``forward`` run with the calling thread's OpenMP and MKL counts at one, restored after
-    (~1 us for the sets and restores). ``torch.get_num_threads`` first: it settles the counts of
-    a thread new to PyTorch, which would otherwise be set at its first parallel op."""
-    setters = _thread_setters()
-    if setters is None:
+    (~1 us for the sets and restores)."""
+    if _thread_setters() is None:
         return forward
-    omp, mkl = setters
 
     @functools.wraps(forward)
     def run(*args: Any) -> Any:
-        threads = torch.get_num_threads()
-        if threads == 1:
+        saved = _to_one_thread()
+        if saved is None:
             return forward(*args)
-        omp(1)
-        mkl_threads = mkl(1) if mkl is not None else 0
         try:
             return forward(*args)
         finally:
-            omp(threads)
-            if mkl is not None:
-                mkl(mkl_threads)
+            _restore(saved)
 
     return run
+
+
+@contextlib.contextmanager
+def one_thread_here() -> Iterator[None]:
+    """The block's PyTorch ops on the calling thread alone, its counts restored after: for
+    PyTorch work right before an inference, such as a server decoding requests (image
+    normalization spun PyTorch's threads into the next ResNet-50 call: ``fxvino.serving``)."""
+    saved = _to_one_thread() if _thread_setters() is not None else None
+    try:
+        yield
+    finally:
+        if saved is not None:
+            _restore(saved)
+
+
+def _to_one_thread() -> tuple[int, int] | None:
+    """Set the calling thread's counts to one; the (OpenMP, MKL) counts to restore, None if
+    PyTorch runs one thread already. ``torch.get_num_threads`` first: it settles the counts of a
+    thread new to PyTorch, which would otherwise be set at its first parallel op."""
+    threads = torch.get_num_threads()
+    if threads == 1:
+        return None
+    omp, mkl = _thread_setters()  # type: ignore[misc]  # callers checked it
+    omp(1)
+    return threads, (mkl(1) if mkl is not None else 0)
+
+
+def _restore(saved: tuple[int, int]) -> None:
+    omp, mkl = _thread_setters()  # type: ignore[misc]
+    omp(saved[0])
+    if mkl is not None:
+        mkl(saved[1])

@@ -8,6 +8,7 @@ that runs on Inductor, an op that runs in PyTorch) are in the compile report.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -19,6 +20,7 @@ import torch
 
 from fxvino.options import Options
 from fxvino.report import Report, collect_reports
+from fxvino.runtime import torch_threads
 
 logger = logging.getLogger("fxvino.serving")
 
@@ -76,6 +78,12 @@ class LoadedModel:
         if report.graphs:
             self.report.graphs.extend(report.graphs)
         return out
+
+    def preparing(self) -> contextlib.AbstractContextManager[None]:
+        """Where to make this model's inputs (decode requests, stack a batch): with OpenVINO serving,
+        on the calling thread alone, as PyTorch's threads would otherwise spin on the cores the
+        inference needs (``runtime.torch_threads.one_thread_here``)."""
+        return torch_threads.one_thread_here() if self.serving == "fxvino" else contextlib.nullcontext()
 
     @property
     def fallbacks(self) -> list[dict[str, str]]:

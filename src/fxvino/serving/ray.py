@@ -93,7 +93,9 @@ class FxvinoDeployment:
 
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.005)
     async def predict(self, samples: list[torch.Tensor]) -> list[list[Any]]:
-        output = await asyncio.to_thread(self.loaded, torch.stack(samples))
+        with self.loaded.preparing():
+            batch = torch.stack(samples)
+        output = await asyncio.to_thread(self.loaded, batch)
         return [row.tolist() for row in output]
 
     async def __call__(self, request: Request) -> Any:
@@ -101,10 +103,11 @@ class FxvinoDeployment:
             return self.describe()
         data = await request.body()
         try:
-            if data.startswith(NPY_MAGIC):
-                sample = tensor_from_npy(data, self.shape, self.dtype)
-            else:
-                sample = tensor_from_json(json.loads(data), self.shape, self.dtype)
+            with self.loaded.preparing():
+                if data.startswith(NPY_MAGIC):
+                    sample = tensor_from_npy(data, self.shape, self.dtype)
+                else:
+                    sample = tensor_from_json(json.loads(data), self.shape, self.dtype)
         except BadRequest as e:
             return JSONResponse({"error": str(e)}, status_code=400)
         except ValueError as e:  # neither JSON nor .npy

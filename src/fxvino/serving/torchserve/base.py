@@ -102,15 +102,17 @@ class FxvinoHandler(BaseHandler):
             return [self.describe_handle()]
         answers: list[Any] = [None] * len(data)
         samples, positions = [], []
-        for i, row in enumerate(data):
-            try:
-                samples.append(self.decode(row))
-                positions.append(i)
-            except BadRequest as e:
-                context.set_response_status(400, str(e), i)
-                answers[i] = {"error": str(e)}
-        if samples:
-            output = call(self.loaded, self.collate(samples))
+        with self.loaded.preparing():
+            for i, row in enumerate(data):
+                try:
+                    samples.append(self.decode(row))
+                    positions.append(i)
+                except BadRequest as e:
+                    context.set_response_status(400, str(e), i)
+                    answers[i] = {"error": str(e)}
+            inputs = self.collate(samples) if samples else None
+        if inputs is not None:
+            output = call(self.loaded, inputs)
             for i, answer in zip(positions, self.answer(output, len(samples)), strict=True):
                 answers[i] = answer
         context.metrics.add_time("HandlerTime", round((time.time() - start) * 1000, 2), None, "ms")
