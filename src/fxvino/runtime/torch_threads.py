@@ -196,8 +196,8 @@ def one_thread(forward: Callable[..., Any]) -> Callable[..., Any]:
 @contextlib.contextmanager
 def one_thread_here() -> Iterator[None]:
     """The block's PyTorch ops on the calling thread alone, its counts restored after: for
-    PyTorch work right before an inference, such as a server decoding requests (image
-    normalization spun PyTorch's threads into the next ResNet-50 call: ``fxvino.serving``)."""
+    PyTorch work right before an inference, such as a server decoding requests (``fxvino.serving``:
+    a parallel normalize of the input cost the next ResNet-50 f32 call 3.5 ms, on one thread 0.1)."""
     saved = _to_one_thread() if _thread_setters() is not None else None
     try:
         yield
