@@ -7,7 +7,7 @@ slowest thread. In a graph where ops left in PyTorch sit between OpenVINO partit
 op hands the next partition that penalty. On the 2-core Zen 4 (``benchmarks/mixed_graph.py``),
 eight 128x960 convolutions with a Snake activation after each, its ``sin`` left in PyTorch, took
 25.7-27.6 ms per call on PyTorch's two threads and 16.5-16.9 on one (every op on OpenVINO:
-12.8); a DAC decoder with the 29 ``sin`` of its Snakes in PyTorch 28.2-33.7 -> 24.5-29.4 ms.
+12.6-12.8); a DAC decoder with the 29 ``sin`` of its Snakes in PyTorch 28.2-33.7 -> 24.5-29.4 ms.
 
 So a graph holding OpenVINO partitions runs its PyTorch ops with the calling thread's OpenMP
 thread count at one (restored on return, exception or not), provided each of them is small: at
