@@ -214,11 +214,12 @@ def openmp_spins() -> bool:
     from Python after ``import torch`` changes nothing; the environment is what a process starts with)."""
     if "GOMP_SPINCOUNT" in os.environ or "OMP_WAIT_POLICY" in os.environ or torch.get_num_threads() < 2:
         return False
-    return _openmp_backend()
+    return openmp_backend()
 
 
 @functools.cache
-def _openmp_backend() -> bool:
+def openmp_backend() -> bool:
+    """Whether PyTorch's parallel ops run on OpenMP (not its native pool or TBB)."""
     return "parallel backend: OpenMP" in torch.__config__.parallel_info()
 
 

@@ -10,7 +10,7 @@ eight 128x960 convolutions with a Snake activation after each, its ``sin`` left 
 12.6-12.8); a DAC decoder with the 29 ``sin`` of its Snakes in PyTorch 28.2-33.7 -> 24.5-29.4 ms.
 
 So a graph holding OpenVINO partitions runs its PyTorch ops with the calling thread's OpenMP
-thread count at one (restored on return, exception or not), provided each of them is small: at
+and MKL thread counts at one (restored on return, exception or not), provided each of them is small: at
 most ``ONE_THREAD_WORK`` elements written, or multiply-adds for a product or convolution. A large
 product or an op whose size is unknown (a dynamic shape, a fallback partition compiled by
 Inductor) keeps PyTorch's threads, which may be worth more than the spin costs.
@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 import torch.fx
+
+from fxvino.report import openmp_backend
 
 aten = torch.ops.aten
 
@@ -134,7 +136,7 @@ def _thread_setters() -> tuple[_SetThreads, _SetThreads | None] | None:
     Not ``torch.set_num_threads``: that also stores the count as the default of every thread that
     first uses PyTorch later, so a server thread starting while a graph runs would keep one thread
     for good."""
-    if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+    if not openmp_backend():
         return None
     try:
         maps = Path("/proc/self/maps").read_text().splitlines()
@@ -176,19 +178,20 @@ def available() -> bool:
 
 def one_thread(forward: Callable[..., Any]) -> Callable[..., Any]:
     """``forward`` run with the calling thread's OpenMP and MKL counts at one, restored after
-    (~1 us for the sets and restores)."""
-    if _thread_setters() is None:
+    (~1 us for the sets and restores; the setters are looked up here, once)."""
+    setters = _thread_setters()
+    if setters is None:
         return forward
 
     @functools.wraps(forward)
     def run(*args: Any) -> Any:
-        saved = _to_one_thread()
+        saved = _to_one_thread(setters)
         if saved is None:
             return forward(*args)
         try:
             return forward(*args)
         finally:
-            _restore(saved)
+            _restore(setters, saved)
 
     return run
 
@@ -198,28 +201,32 @@ def one_thread_here() -> Iterator[None]:
     """The block's PyTorch ops on the calling thread alone, its counts restored after: for
     PyTorch work right before an inference, such as a server decoding requests (``fxvino.serving``:
     a parallel normalize of the input cost the next ResNet-50 f32 call 3.5 ms, on one thread 0.1)."""
-    saved = _to_one_thread() if _thread_setters() is not None else None
+    setters = _thread_setters()
+    saved = _to_one_thread(setters) if setters is not None else None
     try:
         yield
     finally:
         if saved is not None:
-            _restore(saved)
+            _restore(setters, saved)  # type: ignore[arg-type]  # not None when saved is not
 
 
-def _to_one_thread() -> tuple[int, int] | None:
+_Setters = tuple[_SetThreads, _SetThreads | None]
+
+
+def _to_one_thread(setters: _Setters) -> tuple[int, int] | None:
     """Set the calling thread's counts to one; the (OpenMP, MKL) counts to restore, None if
     PyTorch runs one thread already. ``torch.get_num_threads`` first: it settles the counts of a
     thread new to PyTorch, which would otherwise be set at its first parallel op."""
     threads = torch.get_num_threads()
     if threads == 1:
         return None
-    omp, mkl = _thread_setters()  # type: ignore[misc]  # callers checked it
+    omp, mkl = setters
     omp(1)
     return threads, (mkl(1) if mkl is not None else 0)
 
 
-def _restore(saved: tuple[int, int]) -> None:
-    omp, mkl = _thread_setters()  # type: ignore[misc]
+def _restore(setters: _Setters, saved: tuple[int, int]) -> None:
+    omp, mkl = setters
     omp(saved[0])
     if mkl is not None:
         mkl(saved[1])
