@@ -41,11 +41,12 @@ SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
 
 def cpu_computes_bf16() -> bool:
-    """Whether OpenVINO's CPU plugin has bf16 kernels here (AVX512-BF16 or AMX); elsewhere it runs a
-    bf16 request in f32, so tests of bf16 numerics expect f32 results on such machines."""
-    from fxvino.devices import core
+    """Whether OpenVINO's CPU plugin has bf16 kernels here (AVX512-BF16 or AMX, and no oneDNN ISA
+    cap below them); elsewhere it runs a bf16 request in f32, so tests of bf16 numerics expect f32
+    results on such machines."""
+    from fxvino.devices import widened_types
 
-    return "BF16" in core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    return torch.bfloat16 not in widened_types("CPU")
 
 
 def assert_all_on_openvino(report: fxvino.Report, partitions: int | None = 1, ops: Sequence[str] = ()) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from pathlib import Path
 
 import openvino as ov
@@ -97,16 +98,29 @@ def warn_if_precision_emulated(device: str, precision: str) -> bool:
     if need is None or device.split(":")[0] in VIRTUAL_DEVICES:
         return False
     have = capabilities(device)
-    if have is None or need in have:  # a device that does not answer is not judged
+    if have is None:  # a device that does not answer is not judged
         return False
-    logging.getLogger("fxvino").warning(
-        "fxvino: precision %r was asked for, but %s has no %s kernels (capabilities: %s); OpenVINO computes in f32",
-        precision,
-        device,
-        need,
-        ", ".join(have),
-    )
-    return True
+    log = logging.getLogger("fxvino")
+    if need not in have:
+        log.warning(
+            "fxvino: precision %r was asked for, but %s has no %s kernels (capabilities: %s); OpenVINO computes in f32",
+            precision,
+            device,
+            need,
+            ", ".join(have),
+        )
+        return True
+    cap = onednn_isa_cap()
+    if device.split(".")[0] == "CPU" and need == "BF16" and bf16_capped():
+        log.warning(
+            "fxvino: precision %r was asked for, but %s=%s keeps the CPU plugin's kernels from bf16 "
+            "instructions; OpenVINO computes in f32",
+            precision,
+            cap[0],  # type: ignore[index]  # not None when capped
+            os.environ[cap[0]],  # type: ignore[index]
+        )
+        return True
+    return False
 
 
 def may_run_on_cpu(device: str) -> bool:
@@ -130,8 +144,83 @@ def widened_types(device: str) -> frozenset[torch.dtype]:
     if not may_run_on_cpu(device):
         return frozenset()
     # A CPU that does not answer: round both, which is always right.
-    bf16_kernels = "BF16" in (capabilities("CPU") or ())
+    bf16_kernels = "BF16" in (capabilities("CPU") or ()) and not bf16_capped()
     return frozenset({torch.float16} if bf16_kernels else {torch.float16, torch.bfloat16})
+
+
+# oneDNN's ISA levels (its ``ONEDNN_MAX_CPU_ISA`` values) and which of ``_CPU_PROBES``' extensions
+# the CPU plugin's kernels may use at each. AVX2_VNNI_2 has bf16 conversions, but counting it
+# without them only makes fxvino round values the plugin already rounded.
+_AVX512 = frozenset({"avx2", "avx512f"})
+_ONEDNN_ISA_LEVELS: dict[str, frozenset[str]] = {
+    "SSE41": frozenset(),
+    "AVX": frozenset(),
+    "AVX2": frozenset({"avx2"}),
+    "AVX2_VNNI": frozenset({"avx2"}),
+    "AVX2_VNNI_2": frozenset({"avx2"}),
+    "AVX512_CORE": _AVX512,
+    "AVX512_CORE_VNNI": _AVX512,
+    "AVX512_CORE_BF16": _AVX512 | {"avx512_bf16"},
+    "AVX512_CORE_FP16": _AVX512 | {"avx512_bf16"},
+    "AVX10_1_512": _AVX512 | {"avx512_bf16"},
+    "AVX10_2_512": _AVX512 | {"avx512_bf16"},
+    "AVX512_CORE_AMX": _AVX512 | {"avx512_bf16", "amx_tile"},
+    "AVX512_CORE_AMX_FP16": _AVX512 | {"avx512_bf16", "amx_tile"},
+    "AVX10_1_512_AMX": _AVX512 | {"avx512_bf16", "amx_tile"},
+    "AVX10_1_512_AMX_FP16": _AVX512 | {"avx512_bf16", "amx_tile"},
+    "AVX10_2_512_AMX_2": _AVX512 | {"avx512_bf16", "amx_tile"},
+}
+
+
+def onednn_isa_cap() -> tuple[str, frozenset[str]] | None:
+    """The variable capping the ISA of oneDNN's kernels in this process (``ONEDNN_MAX_CPU_ISA``, or
+    its older name ``DNNL_MAX_CPU_ISA``), with the extensions of ``cpu_features`` the cap leaves
+    them; None when neither is set to a level oneDNN knows (``ALL``, ``DEFAULT``, unset).
+
+    OpenVINO's CPU plugin picks its kernels, bf16 ones included, by oneDNN's view of the CPU, but
+    reports ``OPTIMIZATION_CAPABILITIES`` from CPUID: with ``ONEDNN_MAX_CPU_ISA=AVX2`` on a Zen 5 it
+    still listed BF16 while it computed bf16 in f32 and truncated a bf16 output, as on an AVX2-only
+    CPU. Read on every call: it is a cheap lookup, and the plugin reads the variable when it loads."""
+    for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        value = os.environ.get(name)
+        if value:
+            allowed = _ONEDNN_ISA_LEVELS.get(value.strip().upper())
+            return None if allowed is None else (name, allowed)
+    return None
+
+
+@functools.cache
+def warn_if_isa_capped() -> bool:
+    """Warn once per process when a oneDNN ISA cap hides extensions of this CPU from OpenVINO's CPU
+    plugin. fxvino follows the cap (it rounds 16-bit values as for the capped class and compiles
+    bf16 requests in f32), but the plugin is not consistent under it: with OpenVINO 2026.4 on a
+    Zen 5 capped at AVX2, the int8 model ``ov.convert_model`` made of a PT2E ResNet block gave
+    results far from PyTorch's simulation, and a 16-bit group norm's training graph crashed it.
+    Emulating a CPU (``qemu-x86_64 -cpu Haswell``, ``make test-avx2``) changes what every
+    library sees. True if it warned."""
+    cap = onednn_isa_cap()
+    hidden = _cpuid_features() - cap[1] if cap is not None else frozenset()
+    if not hidden:
+        return False
+    logging.getLogger("fxvino").warning(
+        "fxvino: %s=%s hides %s of this CPU from OpenVINO's CPU plugin; fxvino rounds 16-bit values "
+        "and compiles bf16 requests as for that class, but the plugin's own behaviour under the cap "
+        "is its own (int8 results off, a crash, seen with OpenVINO 2026.4): to emulate a CPU class, "
+        "run the process under an emulator such as qemu-x86_64 -cpu Haswell",
+        cap[0],  # type: ignore[index]  # not None when something is hidden
+        os.environ[cap[0]],  # type: ignore[index]
+        ", ".join(sorted(hidden)),
+    )
+    return True
+
+
+def bf16_capped() -> bool:
+    """Whether a oneDNN ISA cap keeps the CPU plugin's kernels from bf16 instructions, whatever
+    ``OPTIMIZATION_CAPABILITIES`` says. The plugin then still accepts a bf16 inference precision,
+    and fails to compile its matrix products in it ("could not create a primitive descriptor for
+    the inner product"), where a CPU without bf16 kernels computes in f32."""
+    cap = onednn_isa_cap()
+    return cap is not None and "avx512_bf16" not in cap[1]
 
 
 # The x86 extensions fxvino's choices depend on, with the probe PyTorch has for each.
@@ -143,12 +232,18 @@ _CPU_PROBES = {
 }
 
 
-@functools.cache
 def cpu_features() -> frozenset[str]:
-    """Which of avx2, avx512f, avx512_bf16 and amx_tile this process can execute, as the CPUID
-    instruction says (PyTorch's probes): what OpenVINO's plugin picks its kernels by.
+    """Which of avx2, avx512f, avx512_bf16 and amx_tile OpenVINO's plugin may use in this process:
+    what the CPUID instruction says (PyTorch's probes), less what a oneDNN ISA cap
+    (:func:`onednn_isa_cap`) takes away. That is what the plugin picks its kernels by."""
+    features = _cpuid_features()
+    cap = onednn_isa_cap()
+    return features if cap is None else features & cap[1]
 
-    ``/proc/cpuinfo`` is the kernel's view of the host's CPU, which an emulator does not change:
+
+@functools.cache
+def _cpuid_features() -> frozenset[str]:
+    """``/proc/cpuinfo`` is the kernel's view of the host's CPU, which an emulator does not change:
     under ``qemu-x86_64 -cpu Haswell`` (``make test-avx2``) it named AVX-512 and AMX while the
     plugin ran its AVX2 kernels. It is read only where PyTorch lacks the probes."""
     probes = {name: getattr(torch.cpu, probe, None) for name, probe in _CPU_PROBES.items()}

@@ -17,7 +17,15 @@ from typing import Any
 
 import torch
 
-from fxvino.devices import available_devices, check_device, supported_properties, warn_if_precision_emulated
+from fxvino.devices import (
+    available_devices,
+    bf16_capped,
+    check_device,
+    may_run_on_cpu,
+    supported_properties,
+    warn_if_isa_capped,
+    warn_if_precision_emulated,
+)
 from fxvino.utils.sizes import parse_size
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -138,6 +146,8 @@ class Options:
         """
         known = supported_properties(self.device)
         warn_if_precision_emulated(self.device, self.precision)
+        if may_run_on_cpu(self.device):
+            warn_if_isa_capped()
         cfg: dict[str, Any] = {k: v for k, v in MODE_CONFIG[self.mode].items() if not known or k in known}
         cfg["INFERENCE_PRECISION_HINT"] = PRECISIONS[self.precision]
         if self.device == "CPU":  # the graph's wishes are CPU plugin properties, some unlisted
@@ -145,6 +155,8 @@ class Options:
             if self.precision != "f32":  # an explicit bf16/f16 precision is the user's choice
                 wishes.pop("INFERENCE_PRECISION_HINT", None)
             cfg.update(wishes)
+            if cfg["INFERENCE_PRECISION_HINT"] == "bf16" and bf16_capped():
+                cfg["INFERENCE_PRECISION_HINT"] = "f32"  # what a CPU without bf16 kernels computes in
         cfg.update(self.config)
         return cfg
 
