@@ -111,13 +111,13 @@ def warn_if_precision_emulated(device: str, precision: str) -> bool:
         )
         return True
     cap = onednn_isa_cap()
-    if device.split(".")[0] == "CPU" and need == "BF16" and bf16_capped():
+    if device.split(".")[0] == "CPU" and need == "BF16" and cap is not None and "avx512_bf16" not in cap[1]:
         log.warning(
             "fxvino: precision %r was asked for, but %s=%s keeps the CPU plugin's kernels from bf16 "
             "instructions; OpenVINO computes in f32",
             precision,
-            cap[0],  # type: ignore[index]  # not None when capped
-            os.environ[cap[0]],  # type: ignore[index]
+            cap[0],
+            os.environ[cap[0]],
         )
         return True
     return False
@@ -199,16 +199,18 @@ def warn_if_isa_capped() -> bool:
     Emulating a CPU (``qemu-x86_64 -cpu Haswell``, ``make test-avx2``) changes what every
     library sees. True if it warned."""
     cap = onednn_isa_cap()
-    hidden = _cpuid_features() - cap[1] if cap is not None else frozenset()
+    if cap is None:
+        return False
+    hidden = _cpuid_features() - cap[1]
     if not hidden:
         return False
     logging.getLogger("fxvino").warning(
         "fxvino: %s=%s hides %s of this CPU from OpenVINO's CPU plugin; fxvino rounds 16-bit values "
-        "and compiles bf16 requests as for that class, but the plugin's own behaviour under the cap "
-        "is its own (int8 results off, a crash, seen with OpenVINO 2026.4): to emulate a CPU class, "
-        "run the process under an emulator such as qemu-x86_64 -cpu Haswell",
-        cap[0],  # type: ignore[index]  # not None when something is hidden
-        os.environ[cap[0]],  # type: ignore[index]
+        "and compiles bf16 requests as for that class, but the plugin is not consistent under the cap "
+        "(seen with OpenVINO 2026.4: int8 results off, a crash): to emulate a CPU class, run the "
+        "process under an emulator such as qemu-x86_64 -cpu Haswell",
+        cap[0],
+        os.environ[cap[0]],
         ", ".join(sorted(hidden)),
     )
     return True

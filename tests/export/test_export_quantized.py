@@ -248,10 +248,19 @@ def test_weight_only_reads_compressed_weights(flow, weights: list[str], ratio: f
     torch.testing.assert_close(out, eager, rtol=0, atol=2e-3 * eager.abs().max().item())
 
 
-def test_nncf_fake_quantize_modules_are_an_error_saying_what_to_do():
+def test_nncf_fake_quantize_modules_are_an_error_saying_what_to_do(monkeypatch):
     """``nncf.quantize`` on an ``nn.Module`` leaves fake-quantize modules that branch on tensor
-    values, which torch.export cannot capture: the error says to quantize the exported graph."""
+    values, which torch.export cannot capture: the error says to quantize the exported graph.
+
+    Its fake quantizers run on NNCF's own reference functions, those it falls back on where its C++
+    extension cannot be built: building that extension, on a machine's first use, made this test
+    17.7 s instead of 5.8 alone on 2 cores (42 s in the suite), and its kernels are not what is
+    tested here."""
     nncf = pytest.importorskip("nncf")
+    from nncf.torch.quantization.extensions import QuantizedFunctionsCPU
+    from nncf.torch.quantization.reference import ReferenceQuantizedFunctions
+
+    monkeypatch.setattr(QuantizedFunctionsCPU, "_loaded_namespace", ReferenceQuantizedFunctions)
     model, x = _mlp()
     quantized = nncf.quantize(model, nncf.Dataset([x]), subset_size=1)
     with pytest.raises(
