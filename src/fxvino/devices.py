@@ -110,14 +110,14 @@ def warn_if_precision_emulated(device: str, precision: str) -> bool:
             ", ".join(have),
         )
         return True
-    cap = onednn_isa_cap()
-    if device.split(".")[0] == "CPU" and need == "BF16" and cap is not None and "avx512_bf16" not in cap[1]:
+    capped = bf16_capped() if device.split(".")[0] == "CPU" and need == "BF16" else None
+    if capped is not None:
         log.warning(
             "fxvino: precision %r was asked for, but %s=%s keeps the CPU plugin's kernels from bf16 "
             "instructions; OpenVINO computes in f32",
             precision,
-            cap[0],
-            os.environ[cap[0]],
+            capped[0],
+            os.environ[capped[0]],
         )
         return True
     return False
@@ -144,7 +144,7 @@ def widened_types(device: str) -> frozenset[torch.dtype]:
     if not may_run_on_cpu(device):
         return frozenset()
     # A CPU that does not answer: round both, which is always right.
-    bf16_kernels = "BF16" in (capabilities("CPU") or ()) and not bf16_capped()
+    bf16_kernels = "BF16" in (capabilities("CPU") or ()) and bf16_capped() is None
     return frozenset({torch.float16} if bf16_kernels else {torch.float16, torch.bfloat16})
 
 
@@ -216,13 +216,14 @@ def warn_if_isa_capped() -> bool:
     return True
 
 
-def bf16_capped() -> bool:
-    """Whether a oneDNN ISA cap keeps the CPU plugin's kernels from bf16 instructions, whatever
-    ``OPTIMIZATION_CAPABILITIES`` says. The plugin then still accepts a bf16 inference precision,
-    and fails to compile its matrix products in it ("could not create a primitive descriptor for
-    the inner product"), where a CPU without bf16 kernels computes in f32."""
+def bf16_capped() -> tuple[str, frozenset[str]] | None:
+    """The oneDNN ISA cap (:func:`onednn_isa_cap`) if it keeps the CPU plugin's kernels from bf16
+    instructions, whatever ``OPTIMIZATION_CAPABILITIES`` says; else None. The plugin then still
+    accepts a bf16 inference precision, and fails to compile its matrix products in it ("could not
+    create a primitive descriptor for the inner product"), where a CPU without bf16 kernels
+    computes in f32."""
     cap = onednn_isa_cap()
-    return cap is not None and "avx512_bf16" not in cap[1]
+    return cap if cap is not None and "avx512_bf16" not in cap[1] else None
 
 
 # The x86 extensions fxvino's choices depend on, with the probe PyTorch has for each.

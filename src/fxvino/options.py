@@ -155,7 +155,7 @@ class Options:
             if self.precision != "f32":  # an explicit bf16/f16 precision is the user's choice
                 wishes.pop("INFERENCE_PRECISION_HINT", None)
             cfg.update(wishes)
-            if cfg["INFERENCE_PRECISION_HINT"] == "bf16" and bf16_capped():
+            if cfg["INFERENCE_PRECISION_HINT"] == "bf16" and bf16_capped() is not None:
                 cfg["INFERENCE_PRECISION_HINT"] = "f32"  # what a CPU without bf16 kernels computes in
         cfg.update(self.config)
         return cfg
