@@ -161,3 +161,45 @@ def test_weights_built_under_inference_mode_run_on_openvino_and_stay_current():
     with torch.inference_mode(), fxvino.collect_reports() as again:
         torch.testing.assert_close(compiled(x), model(x))
     assert len(again.graphs) == 1, "the change compiles the graph again"
+
+
+@pytest.mark.parametrize("weights", ["f32", "torchao-int8"])
+def test_under_a_guard_filter_replaced_weights_stay_current_and_resized_ones_raise(weights):
+    """PyTorch's guard filter for module trees (what docs/performance/call-path.md offers to cut
+    Dynamo's per-call guards) also drops the guards on weights: fxvino's own check keeps a weight
+    replaced or edited in place current, and a weight of other sizes, which the traced graph no
+    longer fits, raises an error naming the filter (it used to crash in OpenVINO's shape checks or
+    compute with the traced sizes)."""
+    from fxvino.runtime.frozen_weights import WeightLayoutChanged
+
+    torch.manual_seed(0)
+
+    def make(out_features: int) -> torch.nn.Linear:
+        layer = torch.nn.Linear(32, out_features).eval()
+        if weights == "torchao-int8":
+            from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+            quantize_(layer, Int8WeightOnlyConfig())
+        return layer
+
+    model = torch.nn.Sequential(make(32), torch.nn.ReLU(), make(32)).eval()
+    compiled = torch.compile(
+        model, backend="fxvino", options={"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe}
+    )
+    x = torch.randn(3, 32)
+    tol = dict(atol=1e-5, rtol=1e-5) if weights == "f32" else dict(atol=2e-2, rtol=2e-2)
+    with fxvino.collect_reports() as report, torch.no_grad():
+        before = compiled(x)
+        torch.testing.assert_close(before, model(x), **tol)
+        model[2].weight = make(32).weight  # another tensor of the same sizes
+        replaced = compiled(x)
+        torch.testing.assert_close(replaced, model(x), **tol)
+        assert (replaced - before).abs().max() > 0.05  # the new weight's result, not the frozen one's
+        model[0].bias.mul_(-1)  # edited in place
+        torch.testing.assert_close(compiled(x), model(x), **tol)
+        smaller = make(8)
+        model[2].weight, model[2].bias = smaller.weight, smaller.bias
+        with pytest.raises(WeightLayoutChanged, match=r"guard_filter_fn.*torch._dynamo.reset\(\)") as raised:
+            compiled(x)
+    assert "[32, 32]" in str(raised.value) and "[8, 32]" in str(raised.value), str(raised.value)
+    assert not report.fallbacks and not report.torch_ops, str(report)

@@ -29,6 +29,28 @@ REFREEZE_LIMIT = 8
 INSTANCE_LIMIT = 16
 
 
+class WeightLayoutChanged(RuntimeError):
+    """A frozen weight's dtype, sizes or device differ from those the graph was traced with.
+
+    Dynamo compiles again for such a change unless its guards on module tensors were filtered
+    away (``options={"guard_filter_fn": ...}``); then the traced graph no longer fits the weights,
+    and compiling it with them would fail in OpenVINO or compute with the old sizes."""
+
+
+# Strides are left out: the values are copied into OpenVINO's constants (or bound as inputs) the
+# same whatever their strides.
+Layout = tuple[torch.dtype, tuple[int, ...], torch.device]
+
+
+def _layout(tensor: torch.Tensor) -> Layout:
+    return tensor.dtype, tuple(tensor.shape), tensor.device
+
+
+def _describe(layout: Layout) -> str:
+    dtype, sizes, device = layout
+    return f"{str(dtype).removeprefix('torch.')}{list(sizes)} on {device}"
+
+
 class Instances:
     """What the instances of one graph share: its compilers, the instances frozen so far (found by
     the first frozen tensor's identity), and the weights-as-inputs compile, made on first need.
@@ -117,6 +139,7 @@ class FrozenWeights:
     ) -> None:
         self.positions = tuple(frozen)
         self.tensors = tuple(frozen.values())
+        self.layouts = tuple(_layout(t) for t in self.tensors)  # what the traced graph was made for
         self.runner: torch.fx.GraphModule | None = runner
         self.forward = graph_forward(runner)
         self.report = report
@@ -138,6 +161,21 @@ class FrozenWeights:
         ``getrefcount``'s own argument make 3; a module holding one makes 4."""
         return all(sys.getrefcount(t) <= 3 for t in self.tensors)
 
+    def check_layouts(self, args: Sequence[Any]) -> None:
+        """Raise :class:`WeightLayoutChanged` if a weight passed at a frozen position has another
+        dtype, sizes or device than the traced graph's: only a guard filter lets such a call reach
+        the graph, and no compile of it would be right. Run on the slow path only."""
+        for position, was in zip(self.positions, self.layouts, strict=True):
+            now = _layout(args[position])
+            if now != was:
+                raise WeightLayoutChanged(
+                    f"fxvino: graph {self.report.name} was traced for a weight of {_describe(was)}, "
+                    f"and is now called with {_describe(now)} (argument {position}). Dynamo compiles "
+                    "again for a changed weight unless its guards on module tensors are filtered "
+                    "(options={'guard_filter_fn': ...}); with such a filter, keep weights' dtypes and "
+                    "sizes, or call torch._dynamo.reset() after changing them"
+                )
+
     def _refreeze(self, why: str = "its frozen weights changed in place") -> torch.fx.GraphModule | None:
         return self.instances.compile_frozen(dict(zip(self.positions, self.tensors, strict=True)), why=why)
 
@@ -151,6 +189,8 @@ class FrozenWeights:
         shared = self.instances
         first = id(args[self.positions[0]])
         other = shared.find(first, args)
+        if other is None and first not in shared.as_inputs:
+            self.check_layouts(args)  # a new instance's weights: the traced graph must fit them
         if other is None and first in shared.as_inputs:
             return self.unfrozen()(*args)
         if other is None:
@@ -200,6 +240,7 @@ class FrozenWeights:
         """The slow path: other tensors than the frozen ones, or changed contents."""
         if not self.check.identical(args):
             return self._other_instance(args)
+        self.check_layouts(args)  # the same tensors, changed in place: resized, or ``.data`` replaced
         self.check.take()  # what is compiled next, or taken as inputs from now on
         if self.forward == self._weights_as_inputs:  # already current whatever the weights become
             return self.forward(*[args[i] for i in self.live])
