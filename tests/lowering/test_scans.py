@@ -299,3 +299,18 @@ def test_searchsorted_bucketize_scalar():
 
     out = _check(fn, torch.tensor([1.0, 2.0, 2.0, 3.0]), ops=[])
     assert out[0].dim() == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"side": "middle"}, "side can only be 'left' or 'right'"), ({"side": "left", "right": True}, "opposites")],
+)
+def test_searchsorted_arguments_eager_rejects_raise_its_error(kwargs, message):
+    """Only torch's kernel checks ``side``'s value: the lowering declines what it rejects, so the
+    call raises eager's error (a ``side="middle"`` once searched as "left" and returned a result).
+    Opposite ``side`` and ``right`` are rejected while tracing already."""
+    boundaries, values = torch.arange(4.0), torch.tensor([1.0, 2.5])
+    with pytest.raises(RuntimeError, match=message):
+        torch.searchsorted(boundaries, values, **kwargs)
+    with pytest.raises(RuntimeError, match=message):
+        torch.compile(lambda b, v: torch.searchsorted(b, v, **kwargs), backend="fxvino")(boundaries, values)

@@ -298,6 +298,11 @@ def _search_ok(node) -> str | None:
     tensors = [h.meta(a) for a in node.args[:2] if isinstance(a, torch.fx.Node)]
     if any(t.dtype.is_complex or t.dtype == torch.bool for t in tensors):
         return "searchsorted of bool or complex values"
+    # Only the kernel checks ``side`` (the meta function does not): left to PyTorch, a value eager
+    # rejects raises eager's error instead of being taken for "left".
+    side = node.kwargs.get("side")
+    if side not in (None, "left", "right"):
+        return f"searchsorted side={side!r}, which torch rejects (valid: 'left', 'right')"
     return None
 
 
