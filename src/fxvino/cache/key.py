@@ -68,8 +68,10 @@ from fxvino.utils.fx import fetch_attr
 # 18: log1p, expm1, erf and softplus accurate near zero, 16-bit composites and bf16 division in f32;
 # 19: an element of a reference-loop op (log, sin, atan, ...) counts its cost in adds toward a
 # tiny graph's work, where older entries keep the one thread of a tiny graph; 20: searchsorted
-# with a ``side`` torch rejects runs in PyTorch and raises, where older entries search as "left").
-KEY_FORMAT = 20
+# with a ``side`` torch rejects runs in PyTorch and raises, where older entries search as "left";
+# 21: inference graphs return the checks of their indices (lowering/index_checks.py), which
+# older entries lack).
+KEY_FORMAT = 21
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.
 _PARALLEL_BYTES = 64 << 20

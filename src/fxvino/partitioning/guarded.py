@@ -48,8 +48,12 @@ class GuardedPartition:
         name: str,
         job: Job,
         resplit: Resplit,
+        checked: bool = False,
     ):
         self.partition = partition
+        # The partition returns one more result, whether its indices were in range
+        # (lowering/index_checks.py): if not, the call runs eagerly and torch raises its error.
+        self.checked = checked
         self.sub = sub
         self.constants = constants
         self.runtime_positions = runtime_positions
@@ -75,7 +79,7 @@ class GuardedPartition:
             result = self.replacement(*args)
             return result if self.absorbed is None else self.absorbed.from_results(args, result)
         try:
-            return self.partition(*args)
+            result = self.partition(*args)
         except Exception as e:  # noqa: BLE001
             why = f"OpenVINO inference failed: {type(e).__name__}: {e}"
             full = self._full_args(args)
@@ -88,6 +92,21 @@ class GuardedPartition:
                 self.seen.add(why)
                 self.job.report.fallback(Fallback(self.name, "partition", why, "eager"))
             return result if self.absorbed is None else self.absorbed.from_results(args, result)
+        if not self.checked:
+            return result
+        if result[-1]:
+            return result[:-1]
+        return self._unchecked(args)
+
+    def _unchecked(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A call whose indices failed their checks, run eagerly: torch raises its own error for
+        them. Should it not (a check stricter than torch), its results are returned, and said once."""
+        result = tuple(self.sub(*self._full_args(args)))
+        why = "indices outside the range the OpenVINO partition checks ran eagerly, and torch accepted them"
+        if why not in self.seen:
+            self.seen.add(why)
+            self.job.report.fallback(Fallback(self.name, "partition", why, "eager"))
+        return result if self.absorbed is None else self.absorbed.from_results(args, result)
 
     def _full_args(self, args: tuple[Any, ...]) -> list[Any]:
         full: list[Any] = [None] * (len(self.constants) + len(self.runtime_positions))

@@ -141,7 +141,7 @@ def _compile_partition(
     job.partitions.append(done.partition)
     runtime_args = [node.args[i] for i in done.runtime_positions]
     guarded = GuardedPartition(
-        done.partition, sub, constants, done.runtime_positions, name, job, resplit=_split_and_compile
+        done.partition, sub, constants, done.runtime_positions, name, job, _split_and_compile, done.checked
     )
     _install(parent, node, guarded, single, runtime_args)
 

@@ -19,6 +19,7 @@ import openvino.opset16 as ops
 import torch
 
 from fxvino.lowering import helpers as h
+from fxvino.lowering import index_checks
 from fxvino.lowering.ops.sorting import sorted_along
 from fxvino.lowering.registry import lowers
 
@@ -50,9 +51,15 @@ for _check in (
     aten._assert_scalar.default,
     aten.sym_constrain_range_for_size.default,
     aten.sym_constrain_range.default,
-    aten._assert_async.msg,
 ):
     lowers(_check)(_no_op)
+
+
+@lowers(aten._assert_async.msg)
+def assert_async(ctx, node, condition, message):
+    """A tensor condition PyTorch's decompositions assert (``one_hot``'s classes in range): one of
+    the graph's checks, so a false one raises torch's error (index_checks.py)."""
+    index_checks.holds(ctx, condition)
 
 
 def _sym_compare(builder):

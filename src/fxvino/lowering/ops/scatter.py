@@ -21,6 +21,7 @@ from torch.fx.experimental.symbolic_shapes import guarding_hint_or_throw, has_gu
 from torch.utils._sympy.functions import FloorDiv, Mod, PythonMod
 
 from fxvino.lowering import helpers as h
+from fxvino.lowering import index_checks
 from fxvino.lowering.registry import lowers
 
 aten = torch.ops.aten
@@ -99,11 +100,13 @@ def _scatter_elements(x, dim, index, updates, reduction="none", use_init_val=Tru
 
 @lowers(aten.scatter.src)
 def scatter_src(ctx, node, x, dim, index, src):
+    index = index_checks.along(ctx, x, dim, index)
     return _scatter_elements(x, dim, index, src)
 
 
 @lowers(aten.scatter.value)
 def scatter_value(ctx, node, x, dim, index, value):
+    index = index_checks.along(ctx, x, dim, index)
     return _scatter_elements(x, dim, index, value)
 
 
@@ -116,16 +119,19 @@ def _legacy_reduce_ok(node):
 
 @lowers(aten.scatter.reduce, validator=_legacy_reduce_ok)
 def scatter_reduce_legacy(ctx, node, x, dim, index, src, *, reduce):
+    index = index_checks.along(ctx, x, dim, index)
     return _scatter_elements(x, dim, index, src, _SCATTER_LEGACY_REDUCE[reduce])
 
 
 @lowers(aten.scatter.value_reduce, validator=_legacy_reduce_ok)
 def scatter_value_reduce(ctx, node, x, dim, index, value, *, reduce):
+    index = index_checks.along(ctx, x, dim, index)
     return _scatter_elements(x, dim, index, value, _SCATTER_LEGACY_REDUCE[reduce])
 
 
 @lowers(aten.scatter_add.default)
 def scatter_add(ctx, node, x, dim, index, src):
+    index = index_checks.along(ctx, x, dim, index)
     return _scatter_elements(x, dim, index, src, "sum")
 
 
@@ -138,6 +144,7 @@ def _scatter_reduce_ok(node):
 
 @lowers(aten.scatter_reduce.two, validator=_scatter_reduce_ok)
 def scatter_reduce(ctx, node, x, dim, index, src, reduce, *, include_self=True):
+    index = index_checks.along(ctx, x, dim, index)
     if reduce == "mean" and not h.dtype_of(x).is_floating_point:
         # torch floors integer means; OpenVINO's CPU "mean" truncates toward zero: sum / count here.
         total = _scatter_elements(x, dim, index, src, "sum", bool(include_self))
@@ -200,6 +207,10 @@ def _index_put_ok(node):
 @lowers(aten.index_put.default, validator=_index_put_ok)
 def index_put(ctx, node, x, indices, values, accumulate=False):
     """``x[indices] = values`` (or ``+=`` with ``accumulate``) on a copy of ``x``."""
+    indices = [
+        i if i is None or h.dtype_of(i) in (torch.bool, torch.uint8) else index_checks.along(ctx, x, d, i, True)
+        for d, i in enumerate(indices)
+    ]
     dtype = h.out_dtype(node)
     if dtype == torch.bool and accumulate:  # adds reject booleans; torch's sum of them is "any"
         return h.cast(_index_put(x, indices, values, True, torch.int32), torch.bool)
@@ -717,6 +728,7 @@ def embedding_bag(
     gathered rows are reduced into their bag with ScatterNDUpdate (sum, or max). Rows of
     ``padding_idx`` and positions past the last offset (``include_last_offset``) take no part.
     """
+    indices = index_checks.along(ctx, weight, 0, indices)
     dtype = h.dtype_of(weight)
     i64 = torch.int64
     idx = h.cast(indices, i64)
