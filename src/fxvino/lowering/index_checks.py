@@ -36,7 +36,7 @@ def in_range(ctx: Any, index: Any, size: Any, negative: bool = False) -> Any:
     n = h.i64(size)
     low = ops.negative(n).output(0) if negative else h.const(0, torch.int64)
     ok = ops.logical_and(ops.greater_equal(i, low), ops.less(i, n)).output(0)
-    ctx.checks.append(ops.reduce_logical_and(h.reshape(ok, [-1]), h.const([0], torch.int64), False).output(0))
+    holds(ctx, ok)
     return ops.select(ok, i, h.const(0, torch.int64)).output(0)
 
 

@@ -189,11 +189,10 @@ class FrozenWeights:
         shared = self.instances
         first = id(args[self.positions[0]])
         other = shared.find(first, args)
-        if other is None and first not in shared.as_inputs:
-            self.check_layouts(args)  # a new instance's weights: the traced graph must fit them
         if other is None and first in shared.as_inputs:
             return self.unfrozen()(*args)
         if other is None:
+            self.check_layouts(args)  # a new instance's weights: the traced graph must fit them
             with shared.lock:  # one compile per instance, whichever threads call it first
                 other = shared.find(first, args) or self._freeze_instance(first, args)
         return self.unfrozen()(*args) if other is None else other._run(args)
