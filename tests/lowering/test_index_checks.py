@@ -4,6 +4,7 @@ OpenVINO's gathers and scatters took an index out of range silently (a token id 
 vocabulary embedded as zeros; eager and Inductor raise). Each case runs with an index out of range
 (eager's error, or the error of the ATen graph eager runs, must come back) and with indices in
 range, negative ones where torch wraps them (eager's results, every op on OpenVINO, no fallback).
+Training graphs (forward and backward) are checked as inference graphs are.
 """
 
 from __future__ import annotations
@@ -143,3 +144,45 @@ def test_dynamic_sizes_and_a_cached_partition_keep_the_check(tmp_path):
                 compiled(torch.tensor([[1, 6]]), table)
         assert_all_on_openvino(report, partitions=None, ops=("aten.embedding.default",))
     assert fxcache.cache_for(tmp_path).stats.hits >= 1  # the second round ran from the cache
+
+
+# Training graphs (``aot_autograd=True``) check their indices too: the forward's check raises
+# before anything is saved for a backward. The weight is a leaf that trains, not a constant.
+# one_hot has no gradient; embedding_bag trains in PyTorch (its training form has more outputs).
+TRAINED = {name: case for name, case in CASES.items() if name not in ("one_hot", "embedding_bag")}
+TRAINED["embedding"] = (
+    F.embedding,
+    (torch.tensor([[1, 9], [0, 3]]), WEIGHT),
+    (torch.tensor([[1, 12], [0, 3]]), WEIGHT),
+    ("aten.embedding.default", "aten.embedding_dense_backward.default"),
+)
+
+
+def _leaves(args: tuple) -> tuple:
+    """Fresh copies of ``args``, the floating ones leaves that take gradients."""
+    return tuple(a.detach().clone().requires_grad_() if a.is_floating_point() else a.clone() for a in args)
+
+
+@pytest.mark.parametrize("name", list(TRAINED))
+def test_training_graphs_raise_for_an_index_out_of_range(name: str):
+    fn, good, bad, ops = TRAINED[name]
+    with pytest.raises((IndexError, RuntimeError)) as eager:
+        fn(*_leaves(bad))
+    expected = DECOMPOSED.get(name, re.escape(str(eager.value)))
+    compiled = torch.compile(fn, backend="fxvino", options={"aot_autograd": True})
+    ours, theirs = _leaves(good), _leaves(good)
+    with fxvino.collect_reports() as report:
+        out = compiled(*ours)
+        out.sum().backward()
+        with pytest.raises((IndexError, RuntimeError), match=expected):
+            compiled(*_leaves(bad))
+        again = compiled(*_leaves(good))
+    reference = fn(*theirs)
+    reference.sum().backward()
+    torch.testing.assert_close(out, reference)
+    torch.testing.assert_close(again, reference)
+    for mine, eagers in zip(ours, theirs, strict=True):
+        if eagers.grad is not None:
+            torch.testing.assert_close(mine.grad, eagers.grad)
+    assert {g.kind for g in report.graphs} >= {"forward", "backward"}, str(report)
+    assert_all_on_openvino(report, partitions=None, ops=ops)

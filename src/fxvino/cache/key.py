@@ -70,8 +70,8 @@ from fxvino.utils.fx import fetch_attr
 # tiny graph's work, where older entries keep the one thread of a tiny graph; 20: searchsorted
 # with a ``side`` torch rejects runs in PyTorch and raises, where older entries search as "left";
 # 21: inference graphs return the checks of their indices (lowering/index_checks.py), which
-# older entries lack).
-KEY_FORMAT = 21
+# older entries lack; 22: training graphs return them too).
+KEY_FORMAT = 22
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.
 _PARALLEL_BYTES = 64 << 20

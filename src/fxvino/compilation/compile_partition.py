@@ -77,7 +77,7 @@ def compile_partition(
             checked = index_checks.checked(hit.outputs)
             return Compiled(partition, hit.runtime_positions, 0.0, time.perf_counter() - t0, False, note, checked)
         try:
-            lowered = lower_graph(sub, dict(constants), name, widened_types(options.device), checks=kind == "inference")
+            lowered = lower_graph(sub, dict(constants), name, widened_types(options.device), checks=True)
         except LoweringError as e:
             if e.node is None or e.node.op != "call_function":
                 raise
