@@ -1,4 +1,4 @@
-"""Indices eager rejects raise under fxvino too (lowering/index_checks.py).
+"""Indices eager rejects raise under fxvino too (lowering/eager_checks.py).
 
 OpenVINO's gathers and scatters took an index out of range silently (a token id past the
 vocabulary embedded as zeros; eager and Inductor raise). Each case runs with an index out of range
@@ -92,6 +92,36 @@ CASES: dict[str, tuple[Callable, tuple, tuple, tuple[str, ...]]] = {
         (torch.tensor([1, 2, 10]), torch.tensor([0, 2])),
         ("aten._embedding_bag_forward_only.default",),
     ),
+    "put": (
+        lambda x, i: x.put(i, torch.ones(2)),
+        (X, torch.tensor([0, -12])),
+        (X, torch.tensor([0, 12])),
+        ("aten.put.default",),
+    ),
+    "masked_scatter": (  # a source with fewer elements than the mask's trues
+        lambda x, m: x.masked_scatter(m, torch.ones(2)),
+        (torch.zeros(4), torch.tensor([True, False, True, False])),
+        (torch.zeros(4), torch.tensor([True, True, True, False])),
+        ("aten.masked_scatter.default",),
+    ),
+    "embedding_bag_first_offset": (
+        lambda i, o: F.embedding_bag(i, WEIGHT, o),
+        (torch.tensor([1, 2, 9]), torch.tensor([0, 3])),  # (an empty last bag)
+        (torch.tensor([1, 2, 9]), torch.tensor([1, 2])),
+        ("aten._embedding_bag_forward_only.default",),
+    ),
+    "embedding_bag_last_offset": (
+        lambda i, o: F.embedding_bag(i, WEIGHT, o, include_last_offset=True),
+        (torch.tensor([1, 2, 9]), torch.tensor([0, 1, 3])),
+        (torch.tensor([1, 2, 9]), torch.tensor([0, 1, 4])),
+        ("aten._embedding_bag_forward_only.default",),
+    ),
+    "embedding_bag_decreasing_offsets": (
+        lambda i, o: F.embedding_bag(i, WEIGHT, o),
+        (torch.tensor([1, 2, 9]), torch.tensor([0, 2, 2])),
+        (torch.tensor([1, 2, 9]), torch.tensor([0, 2, 1])),
+        ("aten._embedding_bag_forward_only.default",),
+    ),
 }
 
 
@@ -149,7 +179,7 @@ def test_dynamic_sizes_and_a_cached_partition_keep_the_check(tmp_path):
 # Training graphs (``aot_autograd=True``) check their indices too: the forward's check raises
 # before anything is saved for a backward. The weight is a leaf that trains, not a constant.
 # one_hot has no gradient; embedding_bag trains in PyTorch (its training form has more outputs).
-TRAINED = {name: case for name, case in CASES.items() if name not in ("one_hot", "embedding_bag")}
+TRAINED = {name: case for name, case in CASES.items() if name != "one_hot" and not name.startswith("embedding_bag")}
 TRAINED["embedding"] = (
     F.embedding,
     (torch.tensor([[1, 9], [0, 3]]), WEIGHT),

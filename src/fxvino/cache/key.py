@@ -69,8 +69,10 @@ from fxvino.utils.fx import fetch_attr
 # 19: an element of a reference-loop op (log, sin, atan, ...) counts its cost in adds toward a
 # tiny graph's work, where older entries keep the one thread of a tiny graph; 20: searchsorted
 # with a ``side`` torch rejects runs in PyTorch and raises, where older entries search as "left";
-# 21: inference graphs return the checks of their indices (lowering/index_checks.py), which
-# older entries lack; 22: training graphs return them too).
+# 21: inference graphs return the checks of their indices (lowering/eager_checks.py), which
+# older entries lack; 22: training graphs return them too, integer divisors are checked
+# nonzero, put, masked_scatter and embedding_bag's offsets are checked, and 8-bit quotients and
+# remainders compute in i32, where older entries' wrapped).
 KEY_FORMAT = 22
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.

@@ -20,7 +20,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from fxvino.cache import lookup as cache
 from fxvino.compilation import plugin_config, shared_weights
 from fxvino.devices import core, widened_types
-from fxvino.lowering import index_checks
+from fxvino.lowering import eager_checks
 from fxvino.lowering.convert import LoweringError, lower_graph
 from fxvino.options import Options
 from fxvino.quantization.compressed import dynamic_quantization_note
@@ -51,7 +51,7 @@ class Compiled:
     compile_seconds: float
     primed: bool = False
     note: str | None = None  # something the user should know about the compiled model
-    checked: bool = False  # its last result is the checks of its indices (lowering/index_checks.py)
+    checked: bool = False  # its last result is the checks of its indices (lowering/eager_checks.py)
 
 
 def compile_partition(
@@ -74,7 +74,7 @@ def compile_partition(
             partition = CompiledPartition(hit.compiled, hit.inputs, hit.outputs, lend_static=lends)
             partition.mapping = hit.mapping  # the imported model reads the mapped file: keep it open
             note = dynamic_quantization_note(hit.compiled)
-            checked = index_checks.checked(hit.outputs)
+            checked = eager_checks.checked(hit.outputs)
             return Compiled(partition, hit.runtime_positions, 0.0, time.perf_counter() - t0, False, note, checked)
         try:
             lowered = lower_graph(sub, dict(constants), name, widened_types(options.device), checks=True)
@@ -114,5 +114,5 @@ def compile_partition(
         partition.packed_constants = lowered.packed  # what later graphs over the same weights reuse
         t2 = time.perf_counter()
     note = dynamic_quantization_note(partition.compiled)
-    checked = index_checks.checked(lowered.outputs)
+    checked = eager_checks.checked(lowered.outputs)
     return Compiled(partition, lowered.runtime_positions, t1 - t0, t2 - t1, primed, note, checked)

@@ -21,8 +21,8 @@ import torch
 import torch.fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from fxvino.lowering import eager_checks, views
 from fxvino.lowering import helpers as h
-from fxvino.lowering import index_checks, views
 from fxvino.lowering.ops.random import share_stream_keys
 from fxvino.lowering.registry import entry_for, op_name
 from fxvino.lowering.rounding import round_like_torch
@@ -97,7 +97,7 @@ class LoweringContext:
     symbols: dict[str, ov.Output] = dataclasses.field(default_factory=dict)
     # Each draw's key, to be computed together once the graph is built (random.share_stream_keys).
     stream_keys: list[tuple[int, ov.Output]] = dataclasses.field(default_factory=list)
-    # What the indices must satisfy (index_checks.py); None when the graph is lowered without them.
+    # What the indices must satisfy (eager_checks.py); None when the graph is lowered without them.
     checks: list[ov.Output] | None = None
 
     def random_seed(self) -> ov.Output:
@@ -122,7 +122,7 @@ def lower_graph(
     names the 16-bit float types the target device computes in f32 (``devices.widened_types``):
     their values are rounded where PyTorch's rounding is observable (``rounding.py``). With
     ``checks``, the conditions its indices must meet come back as one more boolean result
-    (index_checks.py), for a runtime that runs the graph in PyTorch when they fail."""
+    (eager_checks.py), for a runtime that runs the graph in PyTorch when they fail."""
     ctx = LoweringContext(name, checks=[] if checks else None)
     params: list[ov.Node] = []
     packed: list[PackedValues] = []  # what its 4-bit constants were made from
@@ -207,8 +207,8 @@ def lower_graph(
         elif node.op != "placeholder":
             raise LoweringError(node, f"unsupported FX node kind {node.op}")
     if ctx.checks:
-        results.append(ops.result(h.cast(index_checks.combined(ctx.checks), torch.uint8)))
-        outputs.append(OutputSpec("tensor", index=len(results) - 1, value=index_checks.CHECKS, dtype=torch.bool))
+        results.append(ops.result(h.cast(eager_checks.combined(ctx.checks), torch.uint8)))
+        outputs.append(OutputSpec("tensor", index=len(results) - 1, value=eager_checks.CHECKS, dtype=torch.bool))
     if ctx.seed is not None:  # drawn by the runtime on each call; it has no placeholder
         params.append(ctx.seed)
         share_stream_keys(ctx)

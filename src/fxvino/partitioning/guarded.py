@@ -52,7 +52,7 @@ class GuardedPartition:
     ):
         self.partition = partition
         # The partition returns one more result, whether its indices were in range
-        # (lowering/index_checks.py): if not, the call runs eagerly and torch raises its error.
+        # (lowering/eager_checks.py): if not, the call runs eagerly and torch raises its error.
         self.checked = checked
         self.sub = sub
         self.constants = constants

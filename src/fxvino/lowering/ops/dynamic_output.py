@@ -18,8 +18,8 @@ import openvino as ov
 import openvino.opset16 as ops
 import torch
 
+from fxvino.lowering import eager_checks
 from fxvino.lowering import helpers as h
-from fxvino.lowering import index_checks
 from fxvino.lowering.ops.sorting import sorted_along
 from fxvino.lowering.registry import lowers
 
@@ -58,8 +58,8 @@ for _check in (
 @lowers(aten._assert_async.msg)
 def assert_async(ctx, node, condition, message):
     """A tensor condition PyTorch's decompositions assert (``one_hot``'s classes in range): one of
-    the graph's checks, so a false one raises torch's error (index_checks.py)."""
-    index_checks.holds(ctx, condition)
+    the graph's checks, so a false one raises torch's error (eager_checks.py)."""
+    eager_checks.holds(ctx, condition)
 
 
 def _sym_compare(builder):

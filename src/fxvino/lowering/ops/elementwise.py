@@ -8,8 +8,8 @@ import openvino as ov
 import openvino.opset16 as ops
 import torch
 
+from fxvino.lowering import eager_checks, precise
 from fxvino.lowering import helpers as h
-from fxvino.lowering import precise
 from fxvino.lowering.ops import float_mod
 from fxvino.lowering.registry import lowers
 
@@ -229,32 +229,36 @@ def div(ctx, node, a, b, rounding_mode=None):
         if rounding_mode == "trunc":
             q = h.trunc(q)
         return h.cast(q, dtype)
-    a, b = h.to_out(node, a, b)
-    return h.floor_div(a, b) if rounding_mode == "floor" else h.trunc_div(a, b)
+    a, b = h.to_wrapping(node, a, b)  # (uint8's remainders went negative and wrapped)
+    eager_checks.nonzero(ctx, b)
+    return h.cast(h.floor_div(a, b) if rounding_mode == "floor" else h.trunc_div(a, b), dtype)
 
 
 @lowers(aten.floor_divide.default)
 def floor_divide(ctx, node, a, b):
     if h.out_dtype(node).is_floating_point:
         return float_mod.floor_divide(a, b, h.out_dtype(node))
-    a, b = h.to_out(node, a, b)
-    return h.floor_div(a, b)
+    a, b = h.to_wrapping(node, a, b)
+    eager_checks.nonzero(ctx, b)
+    return h.cast(h.floor_div(a, b), h.out_dtype(node))
 
 
 @lowers(aten.remainder.Tensor, aten.remainder.Scalar)
 def remainder(ctx, node, a, b):
-    a, b = h.to_out(node, a, b)
     if h.out_dtype(node).is_floating_point:
-        return float_mod.remainder(a, b)
-    return h.floor_mod(a, b)
+        return float_mod.remainder(*h.to_out(node, a, b))
+    a, b = h.to_wrapping(node, a, b)
+    eager_checks.nonzero(ctx, b)
+    return h.cast(h.floor_mod(a, b), h.out_dtype(node))
 
 
 @lowers(aten.fmod.Tensor, aten.fmod.Scalar)
 def fmod(ctx, node, a, b):
-    a, b = h.to_out(node, a, b)
     if h.out_dtype(node).is_floating_point:
-        return float_mod.fmod(a, b)
-    return h.trunc_mod(a, b)
+        return float_mod.fmod(*h.to_out(node, a, b))
+    a, b = h.to_wrapping(node, a, b)
+    eager_checks.nonzero(ctx, b)
+    return h.cast(h.trunc_mod(a, b), h.out_dtype(node))
 
 
 def _pow_ok(node: torch.fx.Node) -> str | None:

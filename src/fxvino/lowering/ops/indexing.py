@@ -5,8 +5,8 @@ from __future__ import annotations
 import openvino.opset16 as ops
 import torch
 
+from fxvino.lowering import eager_checks
 from fxvino.lowering import helpers as h
-from fxvino.lowering import index_checks
 from fxvino.lowering.registry import lowers
 
 aten = torch.ops.aten
@@ -14,13 +14,13 @@ aten = torch.ops.aten
 
 @lowers(aten.embedding.default)
 def embedding(ctx, node, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    indices = index_checks.along(ctx, weight, 0, indices)
+    indices = eager_checks.along(ctx, weight, 0, indices)
     return ops.gather(weight, h.cast(indices, torch.int64), h.const(0, torch.int64)).output(0)
 
 
 @lowers(aten.index_select.default)
 def index_select(ctx, node, x, dim, index):
-    index = index_checks.along(ctx, x, dim, index)
+    index = eager_checks.along(ctx, x, dim, index)
     d = h.norm_dim(dim, h.rank(x))
     if h.rank(x) == 0:
         return x
@@ -29,7 +29,7 @@ def index_select(ctx, node, x, dim, index):
 
 @lowers(aten.gather.default)
 def gather(ctx, node, x, dim, index, *, sparse_grad=False):
-    index = index_checks.along(ctx, x, dim, index)
+    index = eager_checks.along(ctx, x, dim, index)
     if h.rank(x) == 0 or h.rank(index) != h.rank(x):
         # torch allows these only when every index is 0 (a 0-d x) or there is no index at all (an
         # empty index of another rank): the result is x's one value, or nothing, in index's shape.
@@ -84,7 +84,7 @@ def index(ctx, node, x, indices):
     place of the indexed block when those dims are adjacent, else puts them first.
     """
     indices = [  # masks pick positions they cannot miss
-        i if i is None or h.dtype_of(i) in (torch.bool, torch.uint8) else index_checks.along(ctx, x, d, i, True)
+        i if i is None or h.dtype_of(i) in (torch.bool, torch.uint8) else eager_checks.along(ctx, x, d, i, True)
         for d, i in enumerate(indices)
     ]
     indices = _mask_to_positions(list(indices))

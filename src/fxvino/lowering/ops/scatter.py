@@ -20,8 +20,8 @@ import torch.fx
 from torch.fx.experimental.symbolic_shapes import guarding_hint_or_throw, has_guarding_hint, statically_known_true
 from torch.utils._sympy.functions import FloorDiv, Mod, PythonMod
 
+from fxvino.lowering import eager_checks
 from fxvino.lowering import helpers as h
-from fxvino.lowering import index_checks
 from fxvino.lowering.registry import lowers
 
 aten = torch.ops.aten
@@ -100,13 +100,13 @@ def _scatter_elements(x, dim, index, updates, reduction="none", use_init_val=Tru
 
 @lowers(aten.scatter.src)
 def scatter_src(ctx, node, x, dim, index, src):
-    index = index_checks.along(ctx, x, dim, index)
+    index = eager_checks.along(ctx, x, dim, index)
     return _scatter_elements(x, dim, index, src)
 
 
 @lowers(aten.scatter.value)
 def scatter_value(ctx, node, x, dim, index, value):
-    index = index_checks.along(ctx, x, dim, index)
+    index = eager_checks.along(ctx, x, dim, index)
     return _scatter_elements(x, dim, index, value)
 
 
@@ -119,19 +119,19 @@ def _legacy_reduce_ok(node):
 
 @lowers(aten.scatter.reduce, validator=_legacy_reduce_ok)
 def scatter_reduce_legacy(ctx, node, x, dim, index, src, *, reduce):
-    index = index_checks.along(ctx, x, dim, index)
+    index = eager_checks.along(ctx, x, dim, index)
     return _scatter_elements(x, dim, index, src, _SCATTER_LEGACY_REDUCE[reduce])
 
 
 @lowers(aten.scatter.value_reduce, validator=_legacy_reduce_ok)
 def scatter_value_reduce(ctx, node, x, dim, index, value, *, reduce):
-    index = index_checks.along(ctx, x, dim, index)
+    index = eager_checks.along(ctx, x, dim, index)
     return _scatter_elements(x, dim, index, value, _SCATTER_LEGACY_REDUCE[reduce])
 
 
 @lowers(aten.scatter_add.default)
 def scatter_add(ctx, node, x, dim, index, src):
-    index = index_checks.along(ctx, x, dim, index)
+    index = eager_checks.along(ctx, x, dim, index)
     return _scatter_elements(x, dim, index, src, "sum")
 
 
@@ -144,7 +144,7 @@ def _scatter_reduce_ok(node):
 
 @lowers(aten.scatter_reduce.two, validator=_scatter_reduce_ok)
 def scatter_reduce(ctx, node, x, dim, index, src, reduce, *, include_self=True):
-    index = index_checks.along(ctx, x, dim, index)
+    index = eager_checks.along(ctx, x, dim, index)
     if reduce == "mean" and not h.dtype_of(x).is_floating_point:
         # torch floors integer means; OpenVINO's CPU "mean" truncates toward zero: sum / count here.
         total = _scatter_elements(x, dim, index, src, "sum", bool(include_self))
@@ -208,7 +208,7 @@ def _index_put_ok(node):
 def index_put(ctx, node, x, indices, values, accumulate=False):
     """``x[indices] = values`` (or ``+=`` with ``accumulate``) on a copy of ``x``."""
     indices = [
-        i if i is None or h.dtype_of(i) in (torch.bool, torch.uint8) else index_checks.along(ctx, x, d, i, True)
+        i if i is None or h.dtype_of(i) in (torch.bool, torch.uint8) else eager_checks.along(ctx, x, d, i, True)
         for d, i in enumerate(indices)
     ]
     dtype = h.out_dtype(node)
@@ -302,7 +302,8 @@ def put(ctx, node, x, index, source, accumulate=False):
         return x
     flat = _flat(x)
     numel = h.static_shape(flat)[0]
-    idx = h.wrap_negative(_flat(index), numel if numel is not None else h.dim(flat, 0))
+    numel = numel if numel is not None else h.dim(flat, 0)
+    idx = h.wrap_negative(eager_checks.in_range(ctx, _flat(index), numel, True), numel)
     src = h.cast(_flat(source), h.dtype_of(x))
     out = ops.scatter_nd_update(flat, h.unsqueeze(idx, 1), src, "sum" if accumulate else None).output(0)
     return ops.reshape(out, h.shape_of(x), False).output(0)
@@ -402,6 +403,7 @@ def masked_scatter(ctx, node, x, mask, source):
         return xb
     pos = ops.subtract(ops.cumsum(h.cast(_flat(mask), torch.int64), h.const(0, torch.int64)), h.const(1, torch.int64))
     hi = ops.subtract(h.dim(src, 0), h.const(1, torch.int64))
+    eager_checks.holds(ctx, ops.less_equal(pos, hi).output(0))  # torch: source has too few elements
     pos = ops.minimum(ops.maximum(pos, h.const(0, torch.int64)), hi).output(0)
     gathered = ops.reshape(ops.gather(src, pos, h.const(0, torch.int64)), shape, False).output(0)
     return ops.select(mask, gathered, xb).output(0)
@@ -708,6 +710,18 @@ def _embedding_bag_ok(node):
     return None
 
 
+def _offsets_checked(ctx, offsets, n) -> None:
+    """What torch requires of the offsets: the first is 0, none decreases, the last is at most ``n``."""
+    i64 = torch.int64
+    eager_checks.holds(ctx, ops.less_equal(offsets, h.i64(n)).output(0))
+    eager_checks.holds(
+        ctx, ops.equal(ops.gather(offsets, h.const([0], i64), h.const(0, i64)), h.const(0, i64)).output(0)
+    )
+    earlier = ops.slice(offsets, h.const([0], i64), h.const([-1], i64), h.const([1], i64))
+    later = ops.slice(offsets, h.const([1], i64), h.const([np.iinfo(np.int64).max], i64), h.const([1], i64))
+    eager_checks.holds(ctx, ops.less_equal(earlier, later).output(0))
+
+
 @lowers(aten._embedding_bag.default, aten._embedding_bag_forward_only.default, validator=_embedding_bag_ok)
 def embedding_bag(
     ctx,
@@ -728,12 +742,13 @@ def embedding_bag(
     gathered rows are reduced into their bag with ScatterNDUpdate (sum, or max). Rows of
     ``padding_idx`` and positions past the last offset (``include_last_offset``) take no part.
     """
-    indices = index_checks.along(ctx, weight, 0, indices)
+    indices = eager_checks.along(ctx, weight, 0, indices)
     dtype = h.dtype_of(weight)
     i64 = torch.int64
     idx = h.cast(indices, i64)
     offs = h.cast(offsets, i64)
     n = _static_dim(idx, 0)
+    _offsets_checked(ctx, offs, n)
     pos = h.arange(n)
     if include_last_offset:
         starts = ops.slice(offs, h.const([0], i64), h.const([-1], i64), h.const([1], i64)).output(0)

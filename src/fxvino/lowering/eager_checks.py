@@ -1,13 +1,15 @@
-"""Indices eager rejects raise eager's error.
+"""What eager checks at run time, checked in the graph: indices eager rejects and integer
+division by zero raise eager's error.
 
 OpenVINO's gathers and scatters take an index out of range without a word (a Gather returns
 zeros, a scatter skips the update), where PyTorch raises and Inductor's kernels assert: an
 embedding of a token id past the vocabulary would otherwise come back as a silent result. Each
 lowering of data-dependent indexing adds the condition its indices meet (``in_range``, which also
-hands the op an index with nothing out of range), as does
-an ``_assert_async`` PyTorch's decompositions put in a graph (``holds``: ``one_hot``'s classes).
-``lower_graph`` returns their conjunction as one more boolean result after the graph's own
-(``CHECKS`` marks its spec), and the partition's guard (partitioning/guarded.py) runs the
+hands the op an index with nothing out of range), as does an ``_assert_async`` PyTorch's
+decompositions put in a graph (``holds``: ``one_hot``'s classes), and an integer division or
+remainder its divisor's (``nonzero``: eager raises ``ZeroDivisionError``, the plugin returned a
+number). ``lower_graph`` returns their conjunction as one more boolean result after the graph's
+own (``CHECKS`` marks its spec), and the partition's guard (partitioning/guarded.py) runs the
 partition in PyTorch when it is false: torch then raises its own error.
 """
 
@@ -52,6 +54,12 @@ def holds(ctx: Any, condition: Any) -> None:
         return
     flat = h.reshape(h.cast(condition, torch.bool), [-1])
     ctx.checks.append(ops.reduce_logical_and(flat, h.const([0], torch.int64), False).output(0))
+
+
+def nonzero(ctx: Any, divisor: Any) -> None:
+    """Require an integer divisor with no zero element (PyTorch raises ``ZeroDivisionError``)."""
+    if ctx.checks is not None and h.is_output(divisor):
+        holds(ctx, ops.not_equal(divisor, h.const(0, h.dtype_of(divisor))).output(0))
 
 
 def checked(outputs: Any) -> bool:
