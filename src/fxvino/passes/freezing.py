@@ -131,6 +131,8 @@ def fold_constants(gm: torch.fx.GraphModule) -> int:
             continue
         if not isinstance(result, torch.Tensor):
             continue
+        if node.target in UNINITIALIZED:
+            result = torch.zeros_like(result)
         if node.target.is_view:  # known, but kept as an op: consumers may fold through it
             values[node] = result
             continue
@@ -168,6 +170,21 @@ def _foldable(node: torch.fx.Node, values: dict[torch.fx.Node, torch.Tensor]) ->
         inputs = inputs[1:]  # reads only the (static) shape and dtype of its first argument
     return all(a in values for a in inputs)
 
+
+# Ops whose results torch leaves uninitialised fold to zeros, as they lower (creation.py): folded
+# as they came, an int64 buffer held whatever the allocator returned (pointer-sized values, which
+# fail the int32 check on int64 constants, and a constant that differs from one compile to the next).
+_aten = torch.ops.aten
+UNINITIALIZED = frozenset(
+    {
+        _aten.empty.memory_format,
+        _aten.empty_strided.default,
+        _aten.empty_permuted.default,
+        _aten.empty_like.default,
+        _aten.new_empty.default,
+        _aten.new_empty_strided.default,
+    }
+)
 
 # A dequantize of a constant int8 weight stays an op: OpenVINO keeps Convert(int8 constant) ->
 # Subtract -> Multiply in int8 (a quarter of the memory, int8 kernels); folded, it is a float weight.
