@@ -72,8 +72,9 @@ from fxvino.utils.fx import fetch_attr
 # 21: inference graphs return the checks of their indices (lowering/eager_checks.py), which
 # older entries lack; 22: training graphs return them too, integer divisors are checked
 # nonzero, put, masked_scatter and embedding_bag's offsets are checked, and 8-bit quotients and
-# remainders compute in i32, where older entries' wrapped).
-KEY_FORMAT = 22
+# remainders compute in i32, where older entries' wrapped; 23: int64 results check that they
+# stay inside int32, and folded ``empty`` ops are zeros).
+KEY_FORMAT = 23
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.
 _PARALLEL_BYTES = 64 << 20

@@ -135,7 +135,7 @@ def lower_graph(
     for pos, node in enumerate(placeholders):
         val = node.meta.get("val")
         if pos in constants:
-            ctx.env[node] = _constant(constants[pos], packed)
+            ctx.env[node] = _constant(_within_int32(node, constants[pos]), packed)
         elif isinstance(val, torch.Tensor):
             dims = [d if isinstance(d, int) else -1 for d in val.shape]
             carried = val.is_complex()  # a complex tensor travels as its view_as_real: [..., 2]
@@ -183,7 +183,7 @@ def lower_graph(
     outputs: list[OutputSpec] = []
     for node in gm.graph.nodes:
         if node.op == "get_attr":
-            ctx.env[node] = _constant(fetch_attr(gm, node.target), packed)
+            ctx.env[node] = _constant(_within_int32(node, fetch_attr(gm, node.target)), packed)
         elif node.op == "call_function":
             entry = entry_for(node)
             if entry is None:
@@ -217,6 +217,21 @@ def lower_graph(
     keep_scalar_broadcasts_small(model)
     round_like_torch(model, widened)
     return LoweredGraph(model, inputs, outputs, runtime_positions, counts, packed=packed)
+
+
+def _within_int32(node: torch.fx.Node, t: Any) -> Any:
+    """``t``, a frozen constant, unless it is int64 with values outside int32, which the CPU plugin
+    would saturate (it computes int64 as int32): then its first reader is blamed, which leaves
+    it to PyTorch (eager_checks.py keeps int64 results in range the same way)."""
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.int64 or t.numel() == 0:
+        return t
+    low, high = (int(v) for v in torch.aminmax(t.detach()))
+    readers = [user for user in node.users if user.op == "call_function"]
+    if (low < -(2**31) or high >= 2**31) and readers:
+        raise LoweringError(
+            readers[0], f"int64 values beyond the int32 range OpenVINO's CPU plugin computes int64 in ({low}..{high})"
+        )
+    return t
 
 
 def _constant(t: torch.Tensor, packed: list[PackedValues]) -> ov.Output:

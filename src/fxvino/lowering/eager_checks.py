@@ -11,11 +11,19 @@ remainder its divisor's (``nonzero``: eager raises ``ZeroDivisionError``, the pl
 number). ``lower_graph`` returns their conjunction as one more boolean result after the graph's
 own (``CHECKS`` marks its spec), and the partition's guard (partitioning/guarded.py) runs the
 partition in PyTorch when it is false: torch then raises its own error.
+
+The same machinery keeps int64 exact. The CPU plugin computes int64 as int32 (a sum past 2**31
+wrapped, ``x * 2**33`` saturated, a float cast to int64 gave -2**31), so an int64 result that can
+leave the int32 range (``stays_int32``: sums, products, running sums, casts from floats) adds the
+condition that an f32 estimate of it stays inside: when it does not, the partition runs eagerly
+and returns torch's values (reported once). Inputs are checked before the call
+(runtime/int32_range.py), frozen constants while lowering.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import openvino as ov
@@ -26,6 +34,9 @@ from fxvino.lowering import helpers as h
 
 # The ``value`` of the OutputSpec of a graph's checks (a string survives the model cache's JSON).
 CHECKS = "fxvino_checks"
+# How far from zero an f32 estimate of an int64 result may be for the exact value to fit in int32:
+# the estimates are off by a few hundred at most near 2**31 (f32's spacing there is 128 or 256).
+INT32_ESTIMATE_LIMIT = float(2**31 - 4096)
 
 
 def in_range(ctx: Any, index: Any, size: Any, negative: bool = False) -> Any:
@@ -60,6 +71,45 @@ def nonzero(ctx: Any, divisor: Any) -> None:
     """Require an integer divisor with no zero element (PyTorch raises ``ZeroDivisionError``)."""
     if ctx.checks is not None and h.is_output(divisor):
         holds(ctx, ops.not_equal(divisor, h.const(0, h.dtype_of(divisor))).output(0))
+
+
+def stays_int32(ctx: Any, node: Any, estimate: Callable[[], Any]) -> None:
+    """For an int64 result (which the CPU plugin computes in int32), require ``estimate()`` (an f32
+    value as large as the result's, made only when checked) to stay inside int32."""
+    if ctx.checks is None or h.out_dtype(node) != torch.int64:
+        return
+    value = estimate()
+    fits = ops.less_equal(ops.abs(value), h.const(INT32_ESTIMATE_LIMIT, torch.float32)).output(0)
+    holds(ctx, fits)
+
+
+def total_magnitude(x: Any, axes: Any) -> ov.Output:
+    """An f32 bound on every partial sum of ``x`` along ``axes`` (for ``stays_int32``): the sum of
+    magnitudes."""
+    return _widened(ops.reduce_sum(ops.abs(as_f32(x)), axes, False).output(0), x)
+
+
+def product_magnitude(x: Any, axes: Any, running: bool = False) -> ov.Output:
+    """An f32 bound on the product of ``x`` along ``axes`` (for ``stays_int32``); with ``running``,
+    on every partial product too (a factor below 1 counts as 1: ``[2**20, 2**20, 0]``'s second
+    partial product is 2**40)."""
+    magnitudes = ops.abs(as_f32(x)).output(0)
+    if running:
+        magnitudes = ops.maximum(magnitudes, h.const(1.0, torch.float32)).output(0)
+    return _widened(ops.reduce_prod(magnitudes, axes, False).output(0), x)
+
+
+def _widened(value: ov.Output, x: Any) -> ov.Output:
+    """``value``, a sum or product of ``x``'s elements in f32, widened by its worst rounding
+    (``n`` terms: ``n * 2**-24`` relative, doubled)."""
+    n = h.cast(ops.reduce_prod(h.shape_of(x), h.const(0, torch.int64), False).output(0), torch.float32)
+    widen = ops.add(h.const(1.0, torch.float32), ops.multiply(n, h.const(2.0**-23, torch.float32)))
+    return ops.multiply(value, widen).output(0)
+
+
+def as_f32(v: Any) -> Any:
+    """``v`` (an Output, or a Python number exactly as given) as f32, for ``stays_int32``."""
+    return h.cast(v, torch.float32) if h.is_output(v) else h.const(float(v), torch.float32)
 
 
 def checked(outputs: Any) -> bool:

@@ -19,11 +19,18 @@ from fxvino.partitioning import isolation
 from fxvino.partitioning.job import Job
 from fxvino.partitioning.support import decline_reasons
 from fxvino.report import Fallback
+from fxvino.runtime import int32_range
 from fxvino.runtime.compiled_partition import CompiledPartition
 from fxvino.runtime.position_writes import Absorbed
 from fxvino.utils.fx import graph_forward, placeholders_to_attrs
 
 logger = logging.getLogger("fxvino")
+
+_FAILED_CHECKS = (
+    "a call failed the OpenVINO partition's checks (an index or divisor torch may reject, or an int64"
+    " result beyond the int32 range OpenVINO's CPU plugin computes int64 in): it ran eagerly"
+)
+_WIDE = "an int64 input beyond the int32 range OpenVINO's CPU plugin computes int64 in: the call ran eagerly"
 
 # Partition ``sub`` again by these reasons and compile its parts (partition.py's splitter).
 Resplit = Callable[[torch.fx.GraphModule, dict[torch.fx.Node, str | None], Job, str], torch.fx.GraphModule]
@@ -54,6 +61,8 @@ class GuardedPartition:
         # The partition returns one more result, whether its indices were in range
         # (lowering/eager_checks.py): if not, the call runs eagerly and torch raises its error.
         self.checked = checked
+        # Arguments the plugin would truncate when outside int32 (runtime/int32_range.py).
+        self.wide = int32_range.wide_positions(sub, runtime_positions)
         self.sub = sub
         self.constants = constants
         self.runtime_positions = runtime_positions
@@ -78,6 +87,8 @@ class GuardedPartition:
         if self.replacement is not None:
             result = self.replacement(*args)
             return result if self.absorbed is None else self.absorbed.from_results(args, result)
+        if self.wide and not int32_range.fits(args, self.wide):
+            return self._unchecked(args, _WIDE)
         try:
             result = self.partition(*args)
         except Exception as e:  # noqa: BLE001
@@ -98,11 +109,12 @@ class GuardedPartition:
             return result[:-1]
         return self._unchecked(args)
 
-    def _unchecked(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        """A call whose indices failed their checks, run eagerly: torch raises its own error for
-        them. Should it not (a check stricter than torch), its results are returned, and said once."""
+    def _unchecked(self, args: tuple[Any, ...], why: str = "") -> tuple[Any, ...]:
+        """A call that failed the partition's checks, run eagerly: torch raises its own error for a
+        bad index or divisor. Should it not (an int64 value past int32, which it computes exactly),
+        its results are returned, and said once."""
         result = tuple(self.sub(*self._full_args(args)))
-        why = "indices outside the range the OpenVINO partition checks ran eagerly, and torch accepted them"
+        why = why or _FAILED_CHECKS
         if why not in self.seen:
             self.seen.add(why)
             self.job.report.fallback(Fallback(self.name, "partition", why, "eager"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import openvino.opset16 as ops
 import torch
 
+from fxvino.lowering import eager_checks
 from fxvino.lowering import helpers as h
 from fxvino.lowering.registry import lowers
 from fxvino.utils.dtypes import ov_type
@@ -14,17 +15,20 @@ aten = torch.ops.aten
 
 @lowers(aten.full.default)
 def full(ctx, node, size, fill_value, **kwargs):
+    eager_checks.stays_int32(ctx, node, lambda: eager_checks.as_f32(fill_value))
     dtype = h.out_dtype(node)
     return ops.broadcast(h.cast(fill_value, dtype), h.as_shape(size)).output(0)
 
 
 @lowers(aten.scalar_tensor.default)
 def scalar_tensor(ctx, node, value, **kwargs):
+    eager_checks.stays_int32(ctx, node, lambda: eager_checks.as_f32(value))
     return h.cast(value, h.out_dtype(node))
 
 
 @lowers(aten.full_like.default)
 def full_like(ctx, node, x, fill_value, **kwargs):
+    eager_checks.stays_int32(ctx, node, lambda: eager_checks.as_f32(fill_value))
     return ops.broadcast(h.cast(fill_value, h.out_dtype(node)), h.shape_of(x)).output(0)
 
 
@@ -67,6 +71,8 @@ def arange(ctx, node, *args, **kwargs):
         start, end, step = args[0], args[1], 1
     else:
         start, end, step = args[0], args[1], args[2] if len(args) > 2 else 1
+    ends = lambda: [ops.abs(eager_checks.as_f32(e)) for e in (start, end)]  # noqa: E731
+    eager_checks.stays_int32(ctx, node, lambda: ops.maximum(*ends()).output(0))
     # Compute in f64/i64 then convert, as torch does for the element count.
     work = torch.int64 if not dtype.is_floating_point else torch.float32
     out = ops.range(h.cast(start, work), h.cast(end, work), h.cast(step, work), ov_type(work).get_type_name())

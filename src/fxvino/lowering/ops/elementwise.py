@@ -180,8 +180,16 @@ def _alpha(node, b, alpha):
     return ops.multiply(b, h.const(alpha, h.dtype_of(b))).output(0)
 
 
+def _f32_sum(a, b, scale=1) -> ov.Output:
+    """``a + scale * b`` in f32 from the operands as given (a Python int keeps its value)."""
+    b = eager_checks.as_f32(b)
+    b = b if scale == 1 else ops.multiply(b, eager_checks.as_f32(scale)).output(0)
+    return ops.add(eager_checks.as_f32(a), b).output(0)
+
+
 @lowers(aten.add.Tensor, aten.add.Scalar)
 def add(ctx, node, a, b, alpha=1):
+    eager_checks.stays_int32(ctx, node, lambda: _f32_sum(a, b, alpha))
     a, b = h.to_wrapping(node, a, b)
     if h.out_dtype(node) == torch.bool:
         return ops.logical_or(a, b).output(0)
@@ -190,18 +198,21 @@ def add(ctx, node, a, b, alpha=1):
 
 @lowers(aten.sub.Tensor, aten.sub.Scalar)
 def sub(ctx, node, a, b, alpha=1):
+    eager_checks.stays_int32(ctx, node, lambda: _f32_sum(a, b, -alpha))
     a, b = h.to_wrapping(node, a, b)
     return h.cast(ops.subtract(a, _alpha(node, b, alpha)).output(0), h.out_dtype(node))
 
 
 @lowers(aten.rsub.Scalar, aten.rsub.Tensor)
 def rsub(ctx, node, a, b, alpha=1):
+    eager_checks.stays_int32(ctx, node, lambda: _f32_sum(b, a, -alpha))
     a, b = h.to_wrapping(node, a, b)
     return h.cast(ops.subtract(b, _alpha(node, a, alpha)).output(0), h.out_dtype(node))
 
 
 @lowers(aten.mul.Tensor, aten.mul.Scalar)
 def mul(ctx, node, a, b):
+    eager_checks.stays_int32(ctx, node, lambda: ops.multiply(eager_checks.as_f32(a), eager_checks.as_f32(b)).output(0))
     a, b = h.to_wrapping(node, a, b)
     if h.out_dtype(node) == torch.bool:
         return ops.logical_and(a, b).output(0)
@@ -278,6 +289,8 @@ def pow_(ctx, node, a, b):
     if dtype.is_floating_point or dtype == torch.bool:
         a, b = h.to_out(node, a, b)
         return ops.power(a, b).output(0)
+    magnitude = lambda: ops.power(ops.abs(eager_checks.as_f32(a)), eager_checks.as_f32(b)).output(0)  # noqa: E731
+    eager_checks.stays_int32(ctx, node, magnitude)
     # Narrow integers compute in i32, whose Convert back wraps (the plugin saturates 8 bits).
     work = torch.int32 if dtype.itemsize < 4 else dtype
     a, b = h.cast(a, work), b if isinstance(b, int) else h.cast(b, work)
@@ -490,6 +503,14 @@ def clamp_max(ctx, node, x, max):  # noqa: A002
 def to_copy(
     ctx, node, x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None
 ):
+    return float_to_int64(ctx, node, x)
+
+
+def float_to_int64(ctx, node, x) -> ov.Output:
+    """``x`` cast to ``node``'s dtype; a float cast to int64 must fit the plugin's int32 (it
+    saturated: ``1e10`` gave -2**31)."""
+    if h.is_output(x) and x.get_element_type().is_real():
+        eager_checks.stays_int32(ctx, node, lambda: eager_checks.as_f32(x))
     return h.cast(x, h.out_dtype(node))
 
 
@@ -760,6 +781,14 @@ def bitwise_left_shift(ctx, node, a, b):
     a, b = h.to_wrapping(node, a, b)
     bits = torch.iinfo(dtype).bits
     outside, count = _shift_count(b, bits)
+
+    def magnitude():  # a * 2**count, or 0 for a count outside [0, bits)
+        scaled = ops.multiply(
+            eager_checks.as_f32(a), ops.power(h.const(2.0, torch.float32), h.cast(count, torch.float32))
+        )
+        return ops.select(outside, h.const(0.0, torch.float32), scaled).output(0)
+
+    eager_checks.stays_int32(ctx, node, magnitude)
     shifted = _shift(ops.bitwise_left_shift, a, count, bits)
     return h.cast(ops.select(outside, h.const(0, h.dtype_of(a)), shifted).output(0), dtype)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import openvino.opset16 as ops
 import torch
 
+from fxvino.lowering import eager_checks
 from fxvino.lowering import helpers as h
 from fxvino.lowering.registry import lowers
 
@@ -27,6 +28,7 @@ def _scalar_input(x):
 def sum_(ctx, node, x, dim=None, keepdim=False, *, dtype=None):
     if _scalar_input(x):
         return h.cast(x, h.out_dtype(node))
+    eager_checks.stays_int32(ctx, node, lambda: eager_checks.total_magnitude(x, _axes(x, dim)))
     x = h.cast(x, h.wrapping_dtype(h.out_dtype(node)))
     return h.cast(ops.reduce_sum(x, _axes(x, dim), keepdim).output(0), h.out_dtype(node))
 
@@ -49,6 +51,7 @@ def mean(ctx, node, x, dim=None, keepdim=False, *, dtype=None):
 def prod(ctx, node, x, dim=None, keepdim=False, *, dtype=None):
     if _scalar_input(x):
         return h.cast(x, h.out_dtype(node))
+    eager_checks.stays_int32(ctx, node, lambda: eager_checks.product_magnitude(x, _axes(x, dim)))
     x = h.cast(x, h.wrapping_dtype(h.out_dtype(node)))
     return h.cast(ops.reduce_prod(x, _axes(x, dim), keepdim).output(0), h.out_dtype(node))
 

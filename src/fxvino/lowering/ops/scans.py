@@ -21,8 +21,8 @@ import openvino as ov
 import openvino.opset16 as ops
 import torch
 
+from fxvino.lowering import eager_checks, precise
 from fxvino.lowering import helpers as h
-from fxvino.lowering import precise
 from fxvino.lowering.ops.sorting import LOW_PRECISION, exact_key, first_extreme, positions, ranked, sorted_along
 from fxvino.lowering.registry import lowers
 
@@ -86,6 +86,8 @@ def cumprod(ctx, node, x, dim, *, dtype=None):
     x = h.cast(x, _scan_dtype(out))
     if h.rank(x) == 0:
         return h.cast(x, out)
+    axis = h.const([h.norm_dim(dim, h.rank(x))], torch.int64)
+    eager_checks.stays_int32(ctx, node, lambda: eager_checks.product_magnitude(x, axis, running=True))
 
     def multiply(earlier, later):
         return [ops.multiply(earlier[0], later[0]).output(0)]

@@ -420,6 +420,7 @@ def copy(ctx, node, x, src, non_blocking=False):
 
 @lowers(aten.fill.Scalar, aten.fill.Tensor)
 def fill(ctx, node, x, value):
+    eager_checks.stays_int32(ctx, node, lambda: eager_checks.as_f32(value))
     value = h.cast(value, h.out_dtype(node))
     if h.rank(value) != 0:
         value = h.reshape(value, [])

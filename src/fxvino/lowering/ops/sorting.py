@@ -20,6 +20,7 @@ import openvino as ov
 import openvino.opset16 as ops
 import torch
 
+from fxvino.lowering import eager_checks
 from fxvino.lowering import helpers as h
 from fxvino.lowering.registry import lowers
 
@@ -314,6 +315,7 @@ def cumsum(ctx, node, x, dim, *, dtype=None):
     if h.rank(x) == 0:
         return h.cast(x, out)
     axis = h.norm_dim(dim, h.rank(x))
+    eager_checks.stays_int32(ctx, node, lambda: eager_checks.total_magnitude(x, h.const([axis], torch.int64)))
     if h.dtype_of(x) in (torch.float32, torch.float64):
         return _compensated_cumsum(x, axis)
     return h.cast(ops.cumsum(x, h.const(axis, torch.int64)).output(0), out)

@@ -10,6 +10,7 @@ import torch
 
 from fxvino.lowering import helpers as h
 from fxvino.lowering import views
+from fxvino.lowering.ops.elementwise import float_to_int64
 from fxvino.lowering.registry import lowers
 
 aten = torch.ops.aten
@@ -168,7 +169,7 @@ def sym_trunc(ctx, node, a):
 # folded to Python floats), which is why they live with the shape arithmetic.
 @lowers(torch.ops.prims.convert_element_type.default)
 def convert_element_type(ctx, node, x, dtype):
-    return h.cast(x, h.out_dtype(node))
+    return float_to_int64(ctx, node, x)
 
 
 @lowers(aten.true_divide.Tensor)
