@@ -99,6 +99,20 @@ def test_fold_constants_leaves_random_large_and_input_ops():
     assert targets[torch.ops.aten.add.Tensor] >= 2
 
 
+def test_fold_constants_folds_an_uninitialised_tensor_to_zeros():
+    """As ``empty`` lowers: folded as it came, an int64 buffer held allocator garbage (pointer-sized
+    values past int32, which then made its readers run in PyTorch) that changed between compiles."""
+
+    def fn(x):
+        return x + torch.empty(64, dtype=torch.int64)[:3]
+
+    gm = torch.fx.experimental.proxy_tensor.make_fx(fn, tracing_mode="fake")(torch.zeros(3, dtype=torch.int64))
+    assert fold_constants(gm) >= 1
+    buffers = [b for name, b in gm.named_buffers() if name.startswith("_fxvino_folded_")]
+    assert buffers and all(torch.count_nonzero(b) == 0 for b in buffers)
+    assert torch.equal(gm(torch.arange(3)), torch.arange(3))
+
+
 @pytest.mark.numerics
 def test_autocast_runs_bf16_on_openvino():
     # A narrow BERT layer: eager's bf16 products take minutes under make test-avx2's emulation.
