@@ -122,6 +122,18 @@ CASES: dict[str, tuple[Callable, tuple, tuple, tuple[str, ...]]] = {
         (torch.tensor([1, 2, 9]), torch.tensor([0, 2, 1])),
         ("aten._embedding_bag_forward_only.default",),
     ),
+    "searchsorted_sorter": (
+        lambda b, v, s: torch.searchsorted(b, v, sorter=s),
+        (torch.tensor([3.0, 1.0, 2.0]), torch.tensor([2.5]), torch.tensor([1, 2, 0])),
+        (torch.tensor([3.0, 1.0, 2.0]), torch.tensor([2.5]), torch.tensor([1, 2, 5])),
+        ("aten.searchsorted.Tensor",),
+    ),
+    "binary_cross_entropy": (  # (its decomposition leaves out the check of the input's range)
+        lambda x, y: F.binary_cross_entropy(x, y),
+        (torch.tensor([0.5, 1.0, 0.0]), torch.tensor([1.0, 0.0, 0.0])),
+        (torch.tensor([0.5, 1.5, 0.0]), torch.tensor([1.0, 0.0, 0.0])),
+        ("aten._assert_async.msg",),
+    ),
 }
 
 
@@ -178,8 +190,13 @@ def test_dynamic_sizes_and_a_cached_partition_keep_the_check(tmp_path):
 
 # Training graphs (``aot_autograd=True``) check their indices too: the forward's check raises
 # before anything is saved for a backward. The weight is a leaf that trains, not a constant.
-# one_hot has no gradient; embedding_bag trains in PyTorch (its training form has more outputs).
-TRAINED = {name: case for name, case in CASES.items() if name != "one_hot" and not name.startswith("embedding_bag")}
+# one_hot and searchsorted have no gradient; embedding_bag trains in PyTorch (its training form
+# has more outputs).
+TRAINED = {
+    name: case
+    for name, case in CASES.items()
+    if name not in ("one_hot", "searchsorted_sorter") and not name.startswith("embedding_bag")
+}
 TRAINED["embedding"] = (
     F.embedding,
     (torch.tensor([[1, 9], [0, 3]]), WEIGHT),
@@ -216,3 +233,36 @@ def test_training_graphs_raise_for_an_index_out_of_range(name: str):
             torch.testing.assert_close(mine.grad, eagers.grad)
     assert {g.kind for g in report.graphs} >= {"forward", "backward"}, str(report)
     assert_all_on_openvino(report, partitions=None, ops=ops)
+
+
+RANDOM: dict[str, tuple[Callable, tuple, tuple, str]] = {
+    "bernoulli": (
+        torch.bernoulli,
+        (torch.tensor([0.0, 0.5, 1.0]),),
+        (torch.tensor([0.5, 1.5, 0.0]),),
+        "aten.rand.default",
+    ),
+    "normal_std": (
+        torch.normal,
+        (torch.zeros(3), torch.tensor([1.0, 0.0, 2.0])),
+        (torch.zeros(3), torch.tensor([1.0, -1.0, 2.0])),
+        "aten.normal.Tensor_Tensor",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(RANDOM))
+def test_random_draws_with_arguments_eager_rejects_raise(name: str):
+    """A probability past 1 or a negative deviation: eager raises; the plugin drew with them."""
+    fn, good, bad, op = RANDOM[name]
+    with pytest.raises(RuntimeError) as eager:
+        fn(*bad)
+    compiled = torch.compile(fn, backend="fxvino")
+    with fxvino.collect_reports() as report:
+        drawn = compiled(*good)
+        with pytest.raises(RuntimeError, match=re.escape(str(eager.value).splitlines()[0][:40])):
+            compiled(*bad)
+    assert drawn.shape == fn(*good).shape
+    if name == "bernoulli":  # certain where the probability is 0 or 1
+        assert drawn[0] == 0 and drawn[2] == 1
+    assert_all_on_openvino(report, partitions=None, ops=(op,))

@@ -73,8 +73,9 @@ from fxvino.utils.fx import fetch_attr
 # older entries lack; 22: training graphs return them too, integer divisors are checked
 # nonzero, put, masked_scatter and embedding_bag's offsets are checked, and 8-bit quotients and
 # remainders compute in i32, where older entries' wrapped; 23: int64 results check that they
-# stay inside int32, and folded ``empty`` ops are zeros).
-KEY_FORMAT = 23
+# stay inside int32, and folded ``empty`` ops are zeros; 24: normal's deviation and
+# searchsorted's sorter are checked).
+KEY_FORMAT = 24
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.
 _PARALLEL_BYTES = 64 << 20

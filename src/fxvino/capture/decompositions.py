@@ -16,6 +16,7 @@ import functools
 from collections.abc import Callable
 
 import torch
+import torch._decomp
 import torch.nn.functional as F
 from torch._decomp import _core_aten_decompositions_post_autograd, get_decompositions
 
@@ -77,8 +78,32 @@ def _encoder_layer_fwd(
     return norm2(x + feed_forward(x))
 
 
+def _checked(op: torch._ops.OpOverload, condition: Callable[..., torch.Tensor], message: str) -> Callable:
+    """``op``'s own decomposition, after the check of its values that its eager kernel makes and the
+    decomposition leaves out: the assert lowers into the partition's checks (eager_checks.py), so
+    values eager rejects raise instead of giving a result (``binary_cross_entropy`` of an input
+    past 1 returned NaN, ``bernoulli`` of a probability past 1 returned ones)."""
+    decomposed = torch._decomp.decomposition_table[op]
+
+    def run(*args, **kwargs):
+        torch._assert_async(condition(*args), message)
+        return decomposed(*args, **kwargs)
+
+    return run
+
+
+def _probabilities(x: torch.Tensor, *rest) -> torch.Tensor:
+    return ((x >= 0) & (x <= 1)).all()
+
+
 DECOMPOSITIONS: dict[torch._ops.OpOverload, Callable] = {
     aten._transformer_encoder_layer_fwd.default: _encoder_layer_fwd,
+    aten.binary_cross_entropy.default: _checked(
+        aten.binary_cross_entropy.default, _probabilities, "all elements of input should be between 0 and 1"
+    ),
+    aten.bernoulli.default: _checked(
+        aten.bernoulli.default, _probabilities, "Expected p_in >= 0 && p_in <= 1 to be true, but got false."
+    ),
 }
 
 # Ops OpenVINO has fused kernels for: lowered directly instead of decomposed.

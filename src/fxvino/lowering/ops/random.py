@@ -18,6 +18,7 @@ import numpy as np
 import openvino.opset16 as ops
 import torch
 
+from fxvino.lowering import eager_checks
 from fxvino.lowering import helpers as h
 from fxvino.lowering.ops.activation import leaky_relu
 from fxvino.lowering.registry import lowers
@@ -241,18 +242,27 @@ def uniform_(ctx, node, x, low=0.0, high=1.0, **kwargs):
     return _affine(u, low, high - low, h.out_dtype(node))
 
 
+def _deviation_checked(ctx, std) -> None:
+    """torch raises for a negative (or NaN) standard deviation; the plugin drew with it."""
+    std = std if h.is_output(std) else h.const(float(std), torch.float32)
+    eager_checks.holds(ctx, ops.greater_equal(std, h.const(0, h.dtype_of(std))).output(0))
+
+
 @lowers(aten.normal_functional.default, validator=_plain_rand)
 def normal_functional(ctx, node, x, mean=0.0, std=1.0, **kwargs):
+    _deviation_checked(ctx, std)
     return _affine(normal(ctx, _shape_like(x)), mean, std, h.out_dtype(node))
 
 
 @lowers(aten.normal.float_float, validator=_plain_rand)
 def normal_float_float(ctx, node, mean, std, size, **kwargs):
+    _deviation_checked(ctx, std)
     return _affine(normal(ctx, h.as_shape(size)), mean, std, h.out_dtype(node))
 
 
 @lowers(aten.normal.Tensor_Tensor, aten.normal.Tensor_float, aten.normal.float_Tensor, validator=_plain_rand)
 def normal_tensor(ctx, node, mean, std, **kwargs):
+    _deviation_checked(ctx, std)
     shape = h.broadcast_shape(*[v for v in (mean, std) if h.is_output(v)])
     return _affine(normal(ctx, shape), mean, std, h.out_dtype(node))
 

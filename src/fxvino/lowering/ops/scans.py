@@ -317,12 +317,13 @@ def _search_dtype(args) -> torch.dtype:
     return torch.float32 if common in LOW_PRECISION else common
 
 
-def _search(node, boundaries, values, right: bool, out_int32: bool, sorter=None) -> ov.Output:
+def _search(ctx, node, boundaries, values, right: bool, out_int32: bool, sorter=None) -> ov.Output:
     """torch.searchsorted: lower (upper with ``right``) bound of each value in the innermost
     rows of ``boundaries``; a NaN value goes past the end, as torch's ``!(b >= v)`` search."""
     common = _search_dtype(node.args[:2])
     boundaries, values = h.cast(boundaries, common), h.cast(values, common)
-    if sorter is not None:
+    if sorter is not None:  # (a position out of range read an unwritten buffer)
+        sorter = eager_checks.along(ctx, boundaries, -1, sorter)
         boundaries = ops.gather_elements(boundaries, sorter, h.rank(boundaries) - 1).output(0)
     boundaries, values = exact_key(boundaries), exact_key(values)
     scalar = h.rank(values) == 0
@@ -339,9 +340,9 @@ def _search(node, boundaries, values, right: bool, out_int32: bool, sorter=None)
 
 @lowers(aten.searchsorted.Tensor, aten.searchsorted.Scalar, validator=_search_ok)
 def searchsorted(ctx, node, sorted_sequence, x, *, out_int32=False, right=False, side=None, sorter=None):
-    return _search(node, sorted_sequence, x, right or side == "right", out_int32, sorter)
+    return _search(ctx, node, sorted_sequence, x, right or side == "right", out_int32, sorter)
 
 
 @lowers(aten.bucketize.Tensor, aten.bucketize.Scalar, validator=_search_ok)
 def bucketize(ctx, node, x, boundaries, *, out_int32=False, right=False):
-    return _search(node, boundaries, x, right, out_int32)
+    return _search(ctx, node, boundaries, x, right, out_int32)
