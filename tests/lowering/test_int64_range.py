@@ -85,6 +85,19 @@ CASES: dict[str, tuple[Callable, tuple, tuple, str]] = {
         (torch.tensor([1, 3]), torch.tensor([31, 64])),
         "aten.__lshift__.Tensor",
     ),
+    "neg": (lambda x: -x, (torch.tensor([-(2**30), 7]),), (torch.tensor([-(2**31), 7]),), "aten.neg.default"),
+    "scatter_add": (
+        lambda x, s: x.scatter_add(0, torch.tensor([1, 1]), s),
+        (torch.tensor([0, 5, -3]), torch.tensor([2**29, 2**29])),
+        (torch.tensor([0, 5, -3]), torch.tensor([2**30, 2**30])),
+        "aten.scatter_add.default",
+    ),
+    "index_put_accumulate": (
+        lambda x, v: x.index_put((torch.tensor([2, 2]),), v, accumulate=True),
+        (torch.tensor([0, 5, -3]), torch.tensor([2**29, 2**29])),
+        (torch.tensor([0, 5, -3]), torch.tensor([2**30, 2**30])),
+        "aten.index_put.default",
+    ),
 }
 
 
@@ -134,3 +147,31 @@ def test_a_constant_beyond_int32_made_in_the_graph_gives_eagers_values():
     with fxvino.collect_reports() as report:
         _same(torch.compile(fn, backend="fxvino")(x), fn(x))
     assert report.fallbacks and "int32" in report.fallbacks[0].reason, str(report)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x == 2**40,
+        lambda x: x < 2**40,
+        lambda x: x % 2**40,
+        lambda x: x & (2**40 + 3),
+        lambda x: x.scatter(0, torch.tensor([1]), 2**40),
+        lambda x: x.masked_fill(x < 0, -(2**40)),
+    ],
+    ids=["eq", "lt", "remainder", "bitwise_and", "scatter", "masked_fill"],
+)
+def test_a_python_int_beyond_int32_beside_int64_tensors_runs_in_pytorch(fn: Callable):
+    """The plugin saturated it (``x == 2**40`` was True for ``x = 2**31 - 1``); its op now runs in
+    PyTorch, reported, and the rest of the graph on OpenVINO."""
+
+    def graph(x):
+        return fn(x), x.neg()
+
+    x = torch.tensor([2**31 - 1, 5, -3])  # (inside int32: the input check lets it through)
+    with fxvino.collect_reports() as report:
+        got = torch.compile(graph, backend="fxvino")(x)
+    for g, w in zip(got, graph(x), strict=True):
+        _same(g, w)
+    assert report.fallbacks and all("int32" in f.reason for f in report.fallbacks), str(report)
+    assert report.ov_ops["aten.neg.default"] == 1, str(report)

@@ -74,8 +74,9 @@ from fxvino.utils.fx import fetch_attr
 # nonzero, put, masked_scatter and embedding_bag's offsets are checked, and 8-bit quotients and
 # remainders compute in i32, where older entries' wrapped; 23: int64 results check that they
 # stay inside int32, and folded ``empty`` ops are zeros; 24: normal's deviation and
-# searchsorted's sorter are checked).
-KEY_FORMAT = 24
+# searchsorted's sorter are checked; 25: int64 negation, abs and accumulating scatters check
+# that they stay inside int32).
+KEY_FORMAT = 25
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.
 _PARALLEL_BYTES = 64 << 20

@@ -89,6 +89,16 @@ def total_magnitude(x: Any, axes: Any) -> ov.Output:
     return _widened(ops.reduce_sum(ops.abs(as_f32(x)), axes, False).output(0), x)
 
 
+def accumulated_magnitude(x: Any, added: Any) -> ov.Output:
+    """An f32 bound on ``x`` with ``added`` summed into its elements (a scatter's sum): every
+    magnitude of both."""
+    return ops.add(total_magnitude(x, _all_axes(x)), total_magnitude(added, _all_axes(added))).output(0)
+
+
+def _all_axes(x: Any) -> ov.Output:
+    return h.const(list(range(h.rank(x))), torch.int64)
+
+
 def product_magnitude(x: Any, axes: Any, running: bool = False) -> ov.Output:
     """An f32 bound on the product of ``x`` along ``axes`` (for ``stays_int32``); with ``running``,
     on every partial product too (a factor below 1 counts as 1: ``[2**20, 2**20, 0]``'s second

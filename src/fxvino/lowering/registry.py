@@ -135,9 +135,53 @@ def decline_reason(node: torch.fx.Node, disabled: frozenset = frozenset()) -> st
             return f"dtype {t.dtype} has no OpenVINO element type"
         if t.device.type != "cpu":
             return f"tensor on device {t.device}; fxvino takes CPU tensors"
+    if target in INT_VALUE_OPERANDS and any(t.dtype == torch.int64 for t in tensors):
+        big = [a for a in _flat_args(node) if type(a) is int and not -(2**31) <= a < 2**31]
+        if big:
+            return f"an int64 operand ({big[0]}) beyond the int32 range OpenVINO's CPU plugin computes int64 in"
     if entry.validator is not None:
         return entry.validator(node)
     return None
+
+
+_aten = torch.ops.aten
+# Ops whose Python-int arguments are values combined with int64 tensors, which the CPU plugin
+# computes as int32 with the constant saturated (``x == 2**40`` was True for ``x = 2**31 - 1``,
+# ``x % 2**40`` gave 2**31 - 3 for ``-3``). Ops that make int64 results from such a value (sums,
+# fills, ``arange``) check them in the graph instead (eager_checks.stays_int32); ints that are
+# positions (a slice's end of 2**63 - 1) are not values.
+INT_VALUE_OPERANDS = frozenset(
+    {
+        _aten.eq.Scalar,
+        _aten.ne.Scalar,
+        _aten.lt.Scalar,
+        _aten.le.Scalar,
+        _aten.gt.Scalar,
+        _aten.ge.Scalar,
+        _aten.remainder.Scalar,
+        _aten.fmod.Scalar,
+        _aten.div.Scalar_mode,
+        _aten.floor_divide.Scalar,
+        _aten.bitwise_and.Scalar,
+        _aten.bitwise_or.Scalar,
+        _aten.bitwise_xor.Scalar,
+        _aten.scatter.value,
+        _aten.scatter.value_reduce,
+        _aten.index_fill.int_Scalar,
+        _aten.masked_fill.Scalar,
+        _aten.clamp.default,
+        _aten.where.ScalarOther,
+        _aten.where.ScalarSelf,
+        _aten.where.Scalar,
+    }
+)
+
+
+def _flat_args(node: torch.fx.Node) -> list[Any]:
+    flat: list[Any] = []
+    for a in [*node.args, *node.kwargs.values()]:
+        flat.extend(a if isinstance(a, (list, tuple)) else [a])
+    return flat
 
 
 def op_name(target: Any) -> str:

@@ -47,6 +47,8 @@ _UNARY = {
 
 def _unary(builder):
     def lower(ctx, node, x):
+        if builder in (ops.abs, ops.negative):  # (-(-2**31) is 2**31, past int32)
+            eager_checks.stays_int32(ctx, node, lambda: eager_checks.as_f32(x))
         (x,) = h.to_wrapping(node, x)
         if x.get_element_type().is_integral() and builder in (ops.ceiling, ops.floor):
             return h.cast(x, h.out_dtype(node))

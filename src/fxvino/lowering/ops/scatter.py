@@ -132,6 +132,7 @@ def scatter_value_reduce(ctx, node, x, dim, index, value, *, reduce):
 @lowers(aten.scatter_add.default)
 def scatter_add(ctx, node, x, dim, index, src):
     index = eager_checks.along(ctx, x, dim, index)
+    eager_checks.stays_int32(ctx, node, lambda: eager_checks.accumulated_magnitude(x, src))
     return _scatter_elements(x, dim, index, src, "sum")
 
 
@@ -145,6 +146,8 @@ def _scatter_reduce_ok(node):
 @lowers(aten.scatter_reduce.two, validator=_scatter_reduce_ok)
 def scatter_reduce(ctx, node, x, dim, index, src, reduce, *, include_self=True):
     index = eager_checks.along(ctx, x, dim, index)
+    if reduce in ("sum", "mean"):
+        eager_checks.stays_int32(ctx, node, lambda: eager_checks.accumulated_magnitude(x, src))
     if reduce == "mean" and not h.dtype_of(x).is_floating_point:
         # torch floors integer means; OpenVINO's CPU "mean" truncates toward zero: sum / count here.
         total = _scatter_elements(x, dim, index, src, "sum", bool(include_self))
@@ -212,6 +215,8 @@ def index_put(ctx, node, x, indices, values, accumulate=False):
         for d, i in enumerate(indices)
     ]
     dtype = h.out_dtype(node)
+    if accumulate:
+        eager_checks.stays_int32(ctx, node, lambda: eager_checks.accumulated_magnitude(x, values))
     if dtype == torch.bool and accumulate:  # adds reject booleans; torch's sum of them is "any"
         return h.cast(_index_put(x, indices, values, True, torch.int32), torch.bool)
     return _index_put(x, indices, values, accumulate, dtype)
