@@ -28,7 +28,7 @@ from fxvino.lowering.registry import entry_for, op_name
 from fxvino.lowering.rounding import round_like_torch
 from fxvino.lowering.scalar_broadcasts import keep_scalar_broadcasts_small
 from fxvino.quantization.compressed import four_bit
-from fxvino.utils.dtypes import ov_type, real_dtype, to_numpy
+from fxvino.utils.dtypes import in_int32, ov_type, real_dtype, to_numpy
 from fxvino.utils.fx import fetch_attr
 
 
@@ -227,7 +227,7 @@ def _within_int32(node: torch.fx.Node, t: Any) -> Any:
         return t
     low, high = (int(v) for v in torch.aminmax(t.detach()))
     readers = [user for user in node.users if user.op == "call_function"]
-    if (low < -(2**31) or high >= 2**31) and readers:
+    if not in_int32(low, high) and readers:
         raise LoweringError(
             readers[0], f"int64 values beyond the int32 range OpenVINO's CPU plugin computes int64 in ({low}..{high})"
         )

@@ -59,6 +59,15 @@ def along(ctx: Any, x: Any, dim: int, index: Any, negative: bool = False) -> Any
     return in_range(ctx, index, size, negative)
 
 
+def each_along(ctx: Any, x: Any, indices: Any) -> list[Any]:
+    """``along`` for advanced indexing's per-dim indices (``x[i, j]``, negative ones wrapping);
+    None and boolean masks pass as they are (a mask picks positions it cannot miss)."""
+    return [
+        i if i is None or h.dtype_of(i) in (torch.bool, torch.uint8) else along(ctx, x, d, i, True)
+        for d, i in enumerate(indices)
+    ]
+
+
 def holds(ctx: Any, condition: Any) -> None:
     """Require a condition PyTorch asserts (every element true)."""
     if ctx.checks is None or not h.is_output(condition):

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from fxvino.utils.dtypes import is_supported_dtype
+from fxvino.utils.dtypes import in_int32, is_supported_dtype
 
 Validator = Callable[[torch.fx.Node], str | None]
 Lowering = Callable[..., Any]
@@ -136,7 +136,8 @@ def decline_reason(node: torch.fx.Node, disabled: frozenset = frozenset()) -> st
         if t.device.type != "cpu":
             return f"tensor on device {t.device}; fxvino takes CPU tensors"
     if target in INT_VALUE_OPERANDS and any(t.dtype == torch.int64 for t in tensors):
-        big = [a for a in _flat_args(node) if type(a) is int and not -(2**31) <= a < 2**31]
+        leaves = torch.utils._pytree.tree_leaves((node.args, node.kwargs))
+        big = [a for a in leaves if type(a) is int and not in_int32(a, a)]
         if big:
             return f"an int64 operand ({big[0]}) beyond the int32 range OpenVINO's CPU plugin computes int64 in"
     if entry.validator is not None:
@@ -175,13 +176,6 @@ INT_VALUE_OPERANDS = frozenset(
         _aten.where.Scalar,
     }
 )
-
-
-def _flat_args(node: torch.fx.Node) -> list[Any]:
-    flat: list[Any] = []
-    for a in [*node.args, *node.kwargs.values()]:
-        flat.extend(a if isinstance(a, (list, tuple)) else [a])
-    return flat
 
 
 def op_name(target: Any) -> str:

@@ -109,12 +109,11 @@ class GuardedPartition:
             return result[:-1]
         return self._unchecked(args)
 
-    def _unchecked(self, args: tuple[Any, ...], why: str = "") -> tuple[Any, ...]:
+    def _unchecked(self, args: tuple[Any, ...], why: str = _FAILED_CHECKS) -> tuple[Any, ...]:
         """A call that failed the partition's checks, run eagerly: torch raises its own error for a
         bad index or divisor. Should it not (an int64 value past int32, which it computes exactly),
         its results are returned, and said once."""
         result = tuple(self.sub(*self._full_args(args)))
-        why = why or _FAILED_CHECKS
         if why not in self.seen:
             self.seen.add(why)
             self.job.report.fallback(Fallback(self.name, "partition", why, "eager"))

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.fx
 
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+from fxvino.utils.dtypes import in_int32
 
 
 def wide_positions(sub: torch.fx.GraphModule, runtime_positions: Sequence[int]) -> tuple[int, ...]:
@@ -46,6 +46,6 @@ def fits(args: Sequence[Any], positions: Sequence[int]) -> bool:
             low = high = a
         else:
             continue
-        if low < INT32_MIN or high > INT32_MAX:
+        if not in_int32(low, high):
             return False
     return True

@@ -43,6 +43,15 @@ def real_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype == torch.complex64 else dtype
 
 
+_INT32_MIN, _INT32_MAX = torch.iinfo(torch.int32).min, torch.iinfo(torch.int32).max
+
+
+def in_int32(low: int, high: int) -> bool:
+    """Whether values from ``low`` to ``high`` lie in the int32 range: OpenVINO's CPU plugin computes
+    int64 as int32, so int64 values outside it are not the values torch computes with."""
+    return low >= _INT32_MIN and high <= _INT32_MAX
+
+
 def is_supported_dtype(dtype: torch.dtype) -> bool:
     return dtype in TORCH_TO_OV
 

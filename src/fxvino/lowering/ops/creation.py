@@ -71,8 +71,8 @@ def arange(ctx, node, *args, **kwargs):
         start, end, step = args[0], args[1], 1
     else:
         start, end, step = args[0], args[1], args[2] if len(args) > 2 else 1
-    ends = lambda: [ops.abs(eager_checks.as_f32(e)) for e in (start, end)]  # noqa: E731
-    eager_checks.stays_int32(ctx, node, lambda: ops.maximum(*ends()).output(0))
+    bound = lambda: ops.maximum(*(ops.abs(eager_checks.as_f32(e)) for e in (start, end))).output(0)  # noqa: E731
+    eager_checks.stays_int32(ctx, node, bound)
     # Compute in f64/i64 then convert, as torch does for the element count.
     work = torch.int64 if not dtype.is_floating_point else torch.float32
     out = ops.range(h.cast(start, work), h.cast(end, work), h.cast(step, work), ov_type(work).get_type_name())

@@ -83,11 +83,7 @@ def index(ctx, node, x, indices):
     Indexed dims move to the front and GatherND picks them; torch keeps the result dims in
     place of the indexed block when those dims are adjacent, else puts them first.
     """
-    indices = [  # masks pick positions they cannot miss
-        i if i is None or h.dtype_of(i) in (torch.bool, torch.uint8) else eager_checks.along(ctx, x, d, i, True)
-        for d, i in enumerate(indices)
-    ]
-    indices = _mask_to_positions(list(indices))
+    indices = _mask_to_positions(eager_checks.each_along(ctx, x, indices))
     r = h.rank(x)
     present = [d for d, i in enumerate(indices) if i is not None]
     rest = [d for d in range(r) if d not in present]

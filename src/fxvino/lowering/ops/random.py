@@ -244,8 +244,7 @@ def uniform_(ctx, node, x, low=0.0, high=1.0, **kwargs):
 
 def _deviation_checked(ctx, std) -> None:
     """torch raises for a negative (or NaN) standard deviation; the plugin drew with it."""
-    std = std if h.is_output(std) else h.const(float(std), torch.float32)
-    eager_checks.holds(ctx, ops.greater_equal(std, h.const(0, h.dtype_of(std))).output(0))
+    eager_checks.holds(ctx, ops.greater_equal(eager_checks.as_f32(std), h.const(0.0, torch.float32)).output(0))
 
 
 @lowers(aten.normal_functional.default, validator=_plain_rand)

@@ -210,10 +210,7 @@ def _index_put_ok(node):
 @lowers(aten.index_put.default, validator=_index_put_ok)
 def index_put(ctx, node, x, indices, values, accumulate=False):
     """``x[indices] = values`` (or ``+=`` with ``accumulate``) on a copy of ``x``."""
-    indices = [
-        i if i is None or h.dtype_of(i) in (torch.bool, torch.uint8) else eager_checks.along(ctx, x, d, i, True)
-        for d, i in enumerate(indices)
-    ]
+    indices = eager_checks.each_along(ctx, x, indices)
     dtype = h.out_dtype(node)
     if accumulate:
         eager_checks.stays_int32(ctx, node, lambda: eager_checks.accumulated_magnitude(x, values))
