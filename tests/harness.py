@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -38,6 +41,15 @@ def sixteen_bit_numerics(*dtypes: torch.dtype) -> list[Any]:
 
 
 SIXTEEN_BIT = (torch.float16, torch.bfloat16)
+
+
+def python_command() -> list[str]:
+    """The interpreter for a child process that must be the same CPU class as this one. Under
+    ``make test-avx2`` this process is an emulated Haswell, but ``sys.executable`` starts a native
+    child: a model cache entry it writes is keyed for the host's class, and this process misses it."""
+    if os.environ.get("FXVINO_EMULATED_CPU") == "avx2":
+        return [str(Path(__file__).with_name("qemu-python"))]
+    return [sys.executable]
 
 
 def cpu_computes_bf16() -> bool:

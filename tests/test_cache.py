@@ -25,6 +25,7 @@ from fxvino.cache.store import ModelCache
 from fxvino.options import Options
 from fxvino.tools.cli import main as cli_main
 from fxvino.utils.sizes import parse_size
+from harness import python_command
 
 
 def _mlp(seed: int = 0, width: int = 32) -> torch.nn.Module:
@@ -197,9 +198,11 @@ def test_two_processes_writing_the_same_key_leave_a_valid_entry(tmp_path):
     script = tmp_path / "writer.py"
     script.write_text(_WRITER)
     cache_dir = tmp_path / "cache"
-    start = time.time() + 8.0  # both processes have imported torch by then
+    python = python_command()
+    # Both processes have imported torch by then (emulated, the import takes about 40 s).
+    start = time.time() + (8.0 if python == [sys.executable] else 90.0)
     procs = [
-        subprocess.Popen([sys.executable, str(script), str(cache_dir), str(start)], stdout=subprocess.PIPE, text=True)
+        subprocess.Popen([*python, str(script), str(cache_dir), str(start)], stdout=subprocess.PIPE, text=True)
         for _ in range(2)
     ]
     outs = [p.communicate(timeout=300)[0] for p in procs]
