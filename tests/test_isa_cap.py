@@ -92,7 +92,8 @@ def test_the_cap_is_read_as_onednn_reads_it(isa_env):
     isa_env.setenv("DNNL_MAX_CPU_ISA", "AVX512_CORE")
     assert devices.onednn_isa_cap() == ("DNNL_MAX_CPU_ISA", frozenset({"avx2", "avx512f"}))
     isa_env.setenv("ONEDNN_MAX_CPU_ISA", "avx512_core_amx")
-    assert devices.onednn_isa_cap() == ("ONEDNN_MAX_CPU_ISA", frozenset({"avx2", "avx512f", "avx512_bf16", "amx_tile"}))
+    amx = frozenset({"avx2", "avx512f", "avx512_bf16", "amx_tile", "vnni"})
+    assert devices.onednn_isa_cap() == ("ONEDNN_MAX_CPU_ISA", amx)
     assert not devices.bf16_capped()
     for value in ("ALL", "DEFAULT", "AVX9000"):
         isa_env.setenv("ONEDNN_MAX_CPU_ISA", value)
@@ -105,6 +106,8 @@ def test_caps_below_bf16_kernels_widen_bf16_and_narrow_the_features(isa_env, cap
     assert devices.bf16_capped()
     assert torch.bfloat16 in devices.widened_types("CPU")
     assert not devices.cpu_features() & {"avx512_bf16", "amx_tile"}
+    if "VNNI" not in cap:  # int8 then adds 16-bit pair sums (quantization/saturation.py)
+        assert "vnni" not in devices.cpu_features()
     if cap.startswith("AVX2"):
         assert "avx512f" not in devices.cpu_features()
 

@@ -152,23 +152,25 @@ def widened_types(device: str) -> frozenset[torch.dtype]:
 # the CPU plugin's kernels may use at each. AVX2_VNNI_2 has bf16 conversions, but counting it
 # without them only makes fxvino round values the plugin already rounded.
 _AVX512 = frozenset({"avx2", "avx512f"})
+_VNNI = frozenset({"avx2", "vnni"})
+_AVX512_VNNI = _AVX512 | {"vnni"}
 _ONEDNN_ISA_LEVELS: dict[str, frozenset[str]] = {
     "SSE41": frozenset(),
     "AVX": frozenset(),
     "AVX2": frozenset({"avx2"}),
-    "AVX2_VNNI": frozenset({"avx2"}),
-    "AVX2_VNNI_2": frozenset({"avx2"}),
+    "AVX2_VNNI": _VNNI,
+    "AVX2_VNNI_2": _VNNI,
     "AVX512_CORE": _AVX512,
-    "AVX512_CORE_VNNI": _AVX512,
-    "AVX512_CORE_BF16": _AVX512 | {"avx512_bf16"},
-    "AVX512_CORE_FP16": _AVX512 | {"avx512_bf16"},
-    "AVX10_1_512": _AVX512 | {"avx512_bf16"},
-    "AVX10_2_512": _AVX512 | {"avx512_bf16"},
-    "AVX512_CORE_AMX": _AVX512 | {"avx512_bf16", "amx_tile"},
-    "AVX512_CORE_AMX_FP16": _AVX512 | {"avx512_bf16", "amx_tile"},
-    "AVX10_1_512_AMX": _AVX512 | {"avx512_bf16", "amx_tile"},
-    "AVX10_1_512_AMX_FP16": _AVX512 | {"avx512_bf16", "amx_tile"},
-    "AVX10_2_512_AMX_2": _AVX512 | {"avx512_bf16", "amx_tile"},
+    "AVX512_CORE_VNNI": _AVX512_VNNI,
+    "AVX512_CORE_BF16": _AVX512_VNNI | {"avx512_bf16"},
+    "AVX512_CORE_FP16": _AVX512_VNNI | {"avx512_bf16"},
+    "AVX10_1_512": _AVX512_VNNI | {"avx512_bf16"},
+    "AVX10_2_512": _AVX512_VNNI | {"avx512_bf16"},
+    "AVX512_CORE_AMX": _AVX512_VNNI | {"avx512_bf16", "amx_tile"},
+    "AVX512_CORE_AMX_FP16": _AVX512_VNNI | {"avx512_bf16", "amx_tile"},
+    "AVX10_1_512_AMX": _AVX512_VNNI | {"avx512_bf16", "amx_tile"},
+    "AVX10_1_512_AMX_FP16": _AVX512_VNNI | {"avx512_bf16", "amx_tile"},
+    "AVX10_2_512_AMX_2": _AVX512_VNNI | {"avx512_bf16", "amx_tile"},
 }
 
 
@@ -232,11 +234,12 @@ _CPU_PROBES = {
     "avx512f": "_is_avx512_supported",
     "avx512_bf16": "_is_avx512_bf16_supported",
     "amx_tile": "_is_amx_tile_supported",
+    "vnni": "_is_vnni_supported",  # int8 dot products: without them u8 x s8 pair sums saturate
 }
 
 
 def cpu_features() -> frozenset[str]:
-    """Which of avx2, avx512f, avx512_bf16 and amx_tile OpenVINO's plugin may use in this process:
+    """Which of avx2, avx512f, avx512_bf16, amx_tile and vnni OpenVINO's plugin may use in this process:
     what the CPUID instruction says (PyTorch's probes), less what a oneDNN ISA cap
     (:func:`onednn_isa_cap`) takes away. That is what the plugin picks its kernels by."""
     features = _cpuid_features()

@@ -24,6 +24,7 @@ from fxvino.lowering import eager_checks
 from fxvino.lowering.convert import LoweringError, lower_graph
 from fxvino.options import Options
 from fxvino.quantization.compressed import dynamic_quantization_note
+from fxvino.quantization.saturation import saturation_note
 from fxvino.runtime.compiled_partition import CompiledPartition
 from fxvino.training import aot as training
 
@@ -73,7 +74,7 @@ def compile_partition(
         if hit is not None:  # a hit skips lowering and compiling (cache/store.py)
             partition = CompiledPartition(hit.compiled, hit.inputs, hit.outputs, lend_static=lends)
             partition.mapping = hit.mapping  # the imported model reads the mapped file: keep it open
-            note = dynamic_quantization_note(hit.compiled)
+            note = _notes(hit.compiled, options.device)
             checked = eager_checks.checked(hit.outputs)
             return Compiled(partition, hit.runtime_positions, 0.0, time.perf_counter() - t0, False, note, checked)
         try:
@@ -113,6 +114,12 @@ def compile_partition(
                 shared_weights.remember(partition, member)
         partition.packed_constants = lowered.packed  # what later graphs over the same weights reuse
         t2 = time.perf_counter()
-    note = dynamic_quantization_note(partition.compiled)
+    note = _notes(partition.compiled, options.device)
     checked = eager_checks.checked(lowered.outputs)
     return Compiled(partition, lowered.runtime_positions, t1 - t0, t2 - t1, primed, note, checked)
+
+
+def _notes(compiled: Any, device: str) -> str | None:
+    """What the user should know about ``compiled``'s arithmetic, in one report note."""
+    notes = [n for n in (dynamic_quantization_note(compiled), saturation_note(compiled, device)) if n]
+    return "; ".join(notes) or None
