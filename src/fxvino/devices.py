@@ -148,7 +148,7 @@ def widened_types(device: str) -> frozenset[torch.dtype]:
     return frozenset({torch.float16} if bf16_kernels else {torch.float16, torch.bfloat16})
 
 
-# oneDNN's ISA levels (its ``ONEDNN_MAX_CPU_ISA`` values) and which of ``_CPU_PROBES``' extensions
+# oneDNN's ISA levels (its ``ONEDNN_MAX_CPU_ISA`` values) and which of ``_CPU_EXTENSIONS``
 # the CPU plugin's kernels may use at each. AVX2_VNNI_2 has bf16 conversions, but counting it
 # without them only makes fxvino round values the plugin already rounded.
 _AVX512 = frozenset({"avx2", "avx512f"})
@@ -229,12 +229,16 @@ def bf16_capped() -> tuple[str, frozenset[str]] | None:
 
 
 # The x86 extensions fxvino's choices depend on, with the probe PyTorch has for each.
-_CPU_PROBES = {
-    "avx2": "_is_avx2_supported",
-    "avx512f": "_is_avx512_supported",
-    "avx512_bf16": "_is_avx512_bf16_supported",
-    "amx_tile": "_is_amx_tile_supported",
-    "vnni": "_is_vnni_supported",  # int8 dot products: without them u8 x s8 pair sums saturate
+# Each extension fxvino asks about, by the names PyTorch's CPUID probe (``torch.cpu.get_capabilities``)
+# or /proc/cpuinfo gives it; any one present counts. ``vnni`` is int8 dot products in either
+# encoding (``torch.cpu._is_vnni_supported`` checks only AVX-512's): without them oneDNN's u8 x s8
+# pair sums saturate (quantization/saturation.py).
+_CPU_EXTENSIONS: dict[str, tuple[str, ...]] = {
+    "avx2": ("avx2",),
+    "avx512f": ("avx512_f", "avx512f"),
+    "avx512_bf16": ("avx512_bf16",),
+    "amx_tile": ("amx_tile",),
+    "vnni": ("avx512_vnni", "avx_vnni"),
 }
 
 
@@ -252,14 +256,15 @@ def _cpuid_features() -> frozenset[str]:
     """``/proc/cpuinfo`` is the kernel's view of the host's CPU, which an emulator does not change:
     under ``qemu-x86_64 -cpu Haswell`` (``make test-avx2``) it named AVX-512 and AMX while the
     plugin ran its AVX2 kernels. It is read only where PyTorch lacks the probes."""
-    probes = {name: getattr(torch.cpu, probe, None) for name, probe in _CPU_PROBES.items()}
-    if all(callable(p) for p in probes.values()):
-        return frozenset(name for name, probe in probes.items() if probe())
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return frozenset()
-    return frozenset(_CPU_PROBES) & flags
+    capabilities = getattr(torch.cpu, "get_capabilities", None)
+    if callable(capabilities):
+        present = {name for name, value in capabilities().items() if value is True}
+    else:
+        try:
+            present = set(Path("/proc/cpuinfo").read_text().split())
+        except OSError:
+            return frozenset()
+    return frozenset(name for name, spellings in _CPU_EXTENSIONS.items() if present.intersection(spellings))
 
 
 @functools.cache
