@@ -88,6 +88,9 @@ def round_to(x: ov.Output, dtype: torch.dtype) -> ov.Output:
 
 _SIXTEEN_BITS = {ov.Type.bf16: torch.bfloat16, ov.Type.f16: torch.float16}
 _WIDE_FLOATS = (ov.Type.f32, ov.Type.f64)
+# What a cast to bf16 must round: f16 has three more significand bits than bf16 (a dynamic
+# f16 -> bf16 cast truncated 391 of 4,096 values on an AMX Xeon, 779 of 4,096 normal ones).
+_FINER_THAN_BF16 = (*_WIDE_FLOATS, ov.Type.f16)
 
 
 def cast_constants(model: ov.Model) -> int:
@@ -177,7 +180,7 @@ def round_like_torch(model: ov.Model, widened: Collection[torch.dtype]) -> None:
 
 
 def round_bf16_casts(model: ov.Model, dynamic_only: bool) -> int:
-    """Round the value before each cast of a wider float to bf16 that the CPU plugin would
+    """Round the value before each cast of a finer float to bf16 that the CPU plugin would
     truncate (all of them, or with ``dynamic_only`` those of dynamic shape); returns how many.
 
     The plugin's plain Convert truncates f32 to bf16, on CPUs with bf16 kernels too (1,035 of
@@ -195,7 +198,11 @@ def round_bf16_casts(model: ov.Model, dynamic_only: bool) -> int:
         if dynamic_only and node.get_output_partial_shape(0).is_static:
             continue
         source = node.input_value(0)
-        if source.get_element_type() not in _WIDE_FLOATS or _from_bf16(source) or h.constant_value(source) is not None:
+        if (
+            source.get_element_type() not in _FINER_THAN_BF16
+            or _from_bf16(source)
+            or h.constant_value(source) is not None
+        ):
             continue
         if source.get_element_type() != ov.Type.f32:
             source = ops.convert(source, ov.Type.f32).output(0)
