@@ -10,6 +10,8 @@ round; the table shows medians, and minima, over rounds of each process's median
 
 - ``fxvino_f32``: the float model under fxvino (the baseline int8 must beat).
 - ``fxvino_int8``: PT2E with the stock ``X86InductorQuantizer`` (``fold_quantize=True``), then fxvino.
+- ``fxvino_int8_7bit``: the same with 7-bit activations (``reduce_range=True``, which cannot saturate
+  on CPUs without VNNI), then fxvino.
 - ``fxvino_nncf``: ``nncf.quantize`` of the exported model, then fxvino.
 - ``inductor_int8``: the same PT2E graph under Inductor with freezing (PyTorch's own int8 path).
 - ``openvino_int8``: the same PT2E graph under the OpenVINO wheel's ``backend="openvino"``.
@@ -35,7 +37,15 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 RESULT = "QUANT-RESULT "
-CONTENDERS = ("fxvino_f32", "fxvino_int8", "fxvino_nncf", "inductor_int8", "openvino_int8", "native_int8")
+CONTENDERS = (
+    "fxvino_f32",
+    "fxvino_int8",
+    "fxvino_int8_7bit",
+    "fxvino_nncf",
+    "inductor_int8",
+    "openvino_int8",
+    "native_int8",
+)
 MODELS = ("resnet50", "bert")
 
 
@@ -51,7 +61,7 @@ def _inputs(model: str, batch: int, seed: int) -> tuple[Any, ...]:
     return (torch.randint(0, 30522, (batch, 128), generator=g),)
 
 
-def _pt2e(model: Any, example: tuple, calibration: list[tuple]) -> Any:
+def _pt2e(model: Any, example: tuple, calibration: list[tuple], reduce_range: bool = False) -> Any:
     import torch
     import torchao.quantization.pt2e.quantizer.x86_inductor_quantizer as xiq
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
@@ -59,8 +69,8 @@ def _pt2e(model: Any, example: tuple, calibration: list[tuple]) -> Any:
     from fxvino.quantization import ready_for_quantizer
 
     exported = ready_for_quantizer(torch.export.export(model, example).module())
-    quantizer = xiq.X86InductorQuantizer().set_global(xiq.get_default_x86_inductor_quantization_config())
-    prepared = prepare_pt2e(exported, quantizer)
+    config = xiq.get_default_x86_inductor_quantization_config(reduce_range=reduce_range)
+    prepared = prepare_pt2e(exported, xiq.X86InductorQuantizer().set_global(config))
     for batch in calibration:
         prepared(*batch)
     return convert_pt2e(prepared, fold_quantize=True)
@@ -115,8 +125,8 @@ def _build(contender: str, name: str, batch: int) -> tuple[Any, Any, Any]:
     if contender == "fxvino_nncf":
         quantized = _nncf_fx(model, name, example, calibration)
         return torch.compile(quantized, backend="fxvino"), quantized, model
-    quantized = _pt2e(model, example, calibration)
-    if contender == "fxvino_int8":
+    quantized = _pt2e(model, example, calibration, reduce_range=contender == "fxvino_int8_7bit")
+    if contender in ("fxvino_int8", "fxvino_int8_7bit"):
         return torch.compile(quantized, backend="fxvino"), quantized, model
     if contender == "openvino_int8":
         import openvino.torch  # noqa: F401 - registers backend="openvino"

@@ -37,6 +37,27 @@ def forget_warnings() -> None:
         _warned.clear()
 
 
+def warn_once(key: tuple[str, ...], message: str, *args: Any) -> None:
+    """Log ``message`` as a warning the first time ``key`` comes in this process, at DEBUG after."""
+    with _warned_lock:
+        first = key not in _warned
+        _warned.add(key)
+    logger.log(logging.WARNING if first else logging.DEBUG, message, *args)
+
+
+@dataclasses.dataclass(frozen=True)
+class Note:
+    """Something OpenVINO computes differently from PyTorch on purpose, for the report.
+
+    ``warning`` names the kind of a note that costs accuracy the user did not choose to give up
+    (int8 products that saturate on this CPU): such a note is logged as well, once per kind and
+    process, since a result that is only in a report is one most users never read.
+    """
+
+    text: str
+    warning: str | None = None
+
+
 @dataclasses.dataclass
 class Fallback:
     """Something that did not run on OpenVINO as intended, and where it ran instead."""
@@ -109,11 +130,15 @@ class GraphReport:
         """
         self.fallbacks.append(fb)
         key = (fb.op, fb.reason, fb.ran_on)
-        with _warned_lock:
-            first = key not in _warned
-            _warned.add(key)
-        level = logging.WARNING if first else logging.DEBUG
-        logger.log(level, "fxvino: %s (%s) runs on %s: %s", fb.where, fb.op, fb.ran_on, fb.reason)
+        warn_once(key, "fxvino: %s (%s) runs on %s: %s", fb.where, fb.op, fb.ran_on, fb.reason)
+
+    def add_note(self, note: Note) -> None:
+        """Record ``note`` once per graph; log it too when it is a warning."""
+        if note.text in self.notes:
+            return
+        self.notes.append(note.text)
+        if note.warning is not None:
+            warn_once(("note", note.warning), "fxvino: graph %s: %s", self.name, note.text)
 
     def summary(self) -> str:
         lines = [

@@ -75,8 +75,10 @@ from fxvino.utils.fx import fetch_attr
 # remainders compute in i32, where older entries' wrapped; 23: int64 results check that they
 # stay inside int32, and folded ``empty`` ops are zeros; 24: normal's deviation and
 # searchsorted's sorter are checked; 25: int64 negation, abs and accumulating scatters check
-# that they stay inside int32; 26: casts of f16 to bf16 rounded where the plugin truncates them).
-KEY_FORMAT = 26
+# that they stay inside int32; 26: casts of f16 to bf16 rounded where the plugin truncates them;
+# 27: 7-bit quantize/dequantize pairs as a Clamp and a 256-level FakeQuantize, which run their
+# products in int8, where older entries' run in f32).
+KEY_FORMAT = 27
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.
 _PARALLEL_BYTES = 64 << 20

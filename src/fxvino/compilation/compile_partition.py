@@ -25,6 +25,7 @@ from fxvino.lowering.convert import LoweringError, lower_graph
 from fxvino.options import Options
 from fxvino.quantization.compressed import dynamic_quantization_note
 from fxvino.quantization.saturation import saturation_note
+from fxvino.report import Note
 from fxvino.runtime.compiled_partition import CompiledPartition
 from fxvino.training import aot as training
 
@@ -51,7 +52,7 @@ class Compiled:
     lowering_seconds: float
     compile_seconds: float
     primed: bool = False
-    note: str | None = None  # something the user should know about the compiled model
+    notes: tuple[Note, ...] = ()  # what the user should know about the compiled model
     checked: bool = False  # its last result is the checks of its indices (lowering/eager_checks.py)
 
 
@@ -74,9 +75,9 @@ def compile_partition(
         if hit is not None:  # a hit skips lowering and compiling (cache/store.py)
             partition = CompiledPartition(hit.compiled, hit.inputs, hit.outputs, lend_static=lends)
             partition.mapping = hit.mapping  # the imported model reads the mapped file: keep it open
-            note = _notes(hit.compiled, options.device)
+            notes = _notes(hit.compiled, options.device)
             checked = eager_checks.checked(hit.outputs)
-            return Compiled(partition, hit.runtime_positions, 0.0, time.perf_counter() - t0, False, note, checked)
+            return Compiled(partition, hit.runtime_positions, 0.0, time.perf_counter() - t0, False, notes, checked)
         try:
             lowered = lower_graph(sub, dict(constants), name, widened_types(options.device), checks=True)
         except LoweringError as e:
@@ -114,12 +115,11 @@ def compile_partition(
                 shared_weights.remember(partition, member)
         partition.packed_constants = lowered.packed  # what later graphs over the same weights reuse
         t2 = time.perf_counter()
-    note = _notes(partition.compiled, options.device)
+    notes = _notes(partition.compiled, options.device)
     checked = eager_checks.checked(lowered.outputs)
-    return Compiled(partition, lowered.runtime_positions, t1 - t0, t2 - t1, primed, note, checked)
+    return Compiled(partition, lowered.runtime_positions, t1 - t0, t2 - t1, primed, notes, checked)
 
 
-def _notes(compiled: Any, device: str) -> str | None:
-    """What the user should know about ``compiled``'s arithmetic, in one report note."""
-    notes = [n for n in (dynamic_quantization_note(compiled), saturation_note(compiled, device)) if n]
-    return "; ".join(notes) or None
+def _notes(compiled: Any, device: str) -> tuple[Note, ...]:
+    """What the user should know about ``compiled``'s arithmetic."""
+    return tuple(n for n in (dynamic_quantization_note(compiled), saturation_note(compiled, device)) if n)

@@ -15,6 +15,8 @@ import openvino as ov
 
 from fxvino.devices import core
 from fxvino.options import Options
+from fxvino.quantization.saturation import saturation_note
+from fxvino.report import warn_once
 
 from .manifest import MANIFEST, Manifest
 from .runner import Runner
@@ -22,12 +24,17 @@ from .signature import Signature
 
 
 class LoadedModel:
-    """A saved export, compiled for one device; call it as the exported model was called."""
+    """A saved export, compiled for one device; call it as the exported model was called.
 
-    def __init__(self, directory: Path, manifest: Manifest, compiled: ov.CompiledModel):
+    ``notes`` says what this device computes differently from PyTorch that the exporting machine
+    may not have (int8 products that may saturate on a CPU without VNNI), as a report's notes do.
+    """
+
+    def __init__(self, directory: Path, manifest: Manifest, compiled: ov.CompiledModel, notes: list[str]):
         self.path = directory
         self.manifest = manifest
         self.compiled_model = compiled
+        self.notes = notes  # what this device computes differently from PyTorch, as a report's notes
         self._runner = Runner(compiled, manifest.signature)
 
     @property
@@ -59,7 +66,12 @@ def load(path: str | Path, device: str = "CPU", config: Mapping[str, Any] | None
     model = core().read_model(xml)
     _check_ports(model, manifest, xml)
     compiled = core().compile_model(model, options.device, options.compile_config(manifest.graph_config))
-    return LoadedModel(directory, manifest, compiled)
+    # The IR was exported where its int8 products may not saturate; this CPU may be one where they do.
+    notes = []
+    if (saturation := saturation_note(compiled, options.device)) is not None:
+        warn_once(("note", saturation.warning or ""), "fxvino.load: %s: %s", directory, saturation.text)
+        notes.append(saturation.text)
+    return LoadedModel(directory, manifest, compiled, notes)
 
 
 def _directory(path: str | Path) -> Path:

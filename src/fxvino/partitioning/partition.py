@@ -133,8 +133,8 @@ def _compile_partition(
         return
     preport.lowering_seconds, preport.compile_seconds = done.lowering_seconds, done.compile_seconds
     preport.primed = done.primed
-    if done.note is not None and done.note not in report.notes:
-        report.notes.append(done.note)
+    for note in done.notes:
+        report.add_note(note)
     report.partitions.append(preport)
     report.ov_ops.update(ops_here)
     preport.partition_ref = weakref.ref(done.partition)

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from fxvino.report import Note
 from fxvino.utils.fx import KEEP_UNFOLDED, fetch_attr
 
 aten = torch.ops.aten
@@ -267,7 +268,7 @@ def _keep_float_chain(stored: torch.fx.Node) -> bool:
     return True
 
 
-def dynamic_quantization_note(compiled: Any) -> str | None:
+def dynamic_quantization_note(compiled: Any) -> Note | None:
     """What the user must know when OpenVINO quantizes activations of ``compiled`` on the fly.
 
     The CPU plugin's products over compressed weights (weight-only int8/int4) quantize their
@@ -291,7 +292,7 @@ def dynamic_quantization_note(compiled: Any) -> str | None:
             products += 1
     if not products:
         return None
-    return (
+    return Note(
         f"{products} product(s) over compressed weights may quantize their activations to int8 in groups "
         f"of {group} (OpenVINO's DYNAMIC_QUANTIZATION_GROUP_SIZE, used on CPUs with int8 dot products); "
         "options={'config': {'DYNAMIC_QUANTIZATION_GROUP_SIZE': 0}} keeps them in float: exact, slower"
