@@ -106,8 +106,9 @@ def test_int8_products_give_the_simulation_where_they_cannot_saturate(reduce_ran
     """With VNNI (or 7-bit activations on any CPU) OpenVINO's int8 products equal PT2E's
     simulation; without VNNI, 8-bit activations may saturate the 16-bit pair sums (2.1-6.9% of the
     output range off it as an emulated Haswell): not corrected, so the report says so and the log
-    warns (not for 7-bit ones, whose products run in int8 too). The note's other remedy, the plugin's low-precision transformations off, computes the
-    dequantized graph in f32 on every class."""
+    warns (not for 7-bit ones, whose products run in int8 too). The note's other remedy, the
+    plugin's low-precision transformations off, computes the dequantized graph in f32 on every
+    class."""
     torch.manual_seed(3)
     model, x = _PooledNet().eval(), torch.randn(2, 3, 32, 32)
     quantized = _x86_static_int8(model, x, fold=True, reduce_range=reduce_range)
