@@ -57,6 +57,11 @@ class Note:
     text: str
     warning: str | None = None
 
+    def log(self, where: str) -> None:
+        """Log a warning note for ``where`` (once per kind and process); other notes stay in reports."""
+        if self.warning is not None:
+            warn_once(("note", self.warning), "fxvino: %s: %s", where, self.text)
+
 
 @dataclasses.dataclass
 class Fallback:
@@ -137,8 +142,7 @@ class GraphReport:
         if note.text in self.notes:
             return
         self.notes.append(note.text)
-        if note.warning is not None:
-            warn_once(("note", note.warning), "fxvino: graph %s: %s", self.name, note.text)
+        note.log(f"graph {self.name}")
 
     def summary(self) -> str:
         lines = [

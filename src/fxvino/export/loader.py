@@ -16,7 +16,6 @@ import openvino as ov
 from fxvino.devices import core
 from fxvino.options import Options
 from fxvino.quantization.saturation import saturation_note
-from fxvino.report import warn_once
 
 from .manifest import MANIFEST, Manifest
 from .runner import Runner
@@ -69,7 +68,7 @@ def load(path: str | Path, device: str = "CPU", config: Mapping[str, Any] | None
     # The IR was exported where its int8 products may not saturate; this CPU may be one where they do.
     notes = []
     if (saturation := saturation_note(compiled, options.device)) is not None:
-        warn_once(("note", saturation.warning or ""), "fxvino.load: %s: %s", directory, saturation.text)
+        saturation.log(f"fxvino.load of {directory}")
         notes.append(saturation.text)
     return LoadedModel(directory, manifest, compiled, notes)
 
