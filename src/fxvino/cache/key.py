@@ -77,8 +77,10 @@ from fxvino.utils.fx import fetch_attr
 # searchsorted's sorter are checked; 25: int64 negation, abs and accumulating scatters check
 # that they stay inside int32; 26: casts of f16 to bf16 rounded where the plugin truncates them;
 # 27: 7-bit quantize/dequantize pairs as a Clamp and a 256-level FakeQuantize, which run their
-# products in int8, where older entries' run in f32).
-KEY_FORMAT = 27
+# products in int8, where older entries' run in f32; 28: f16 constants cast to bf16 and f16
+# weights widened before a 16-bit cast are cast as torch casts them, where older entries' were
+# truncated, and their rounding folds whole).
+KEY_FORMAT = 28
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.
 _PARALLEL_BYTES = 64 << 20
