@@ -122,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dynamic", action="store_true", help="compile with dynamic=True")
     p.add_argument("--values", type=int, default=4096, help="values per operand (f32 uses twice as many)")
     p.add_argument("--ops", default="", help="comma-separated OpInfo names (default: every ufunc)")
+    p.add_argument(
+        "--skip", default="", help="comma-separated OpInfo names to leave out (those that crash an emulator)"
+    )
     p.add_argument("--flagged-only", action="store_true", help="print only the ops fxvino is clearly worse at")
     args = p.parse_args(argv)
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
@@ -130,7 +133,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown dtype {unknown[0]!r}; valid: {', '.join(DTYPES)}")
     warnings.filterwarnings("ignore")
     wanted = {o.strip() for o in args.ops.split(",") if o.strip()}
-    ops = [(op, arity) for op, arity in _ops() if not wanted or op.name in wanted]
+    skipped = {o.strip() for o in args.skip.split(",") if o.strip()}
+    known = {op.name for op, _ in _ops()}
+    if wanted - known or skipped - known:
+        unknown_op = sorted((wanted | skipped) - known)[0]
+        p.error(f"unknown op {unknown_op!r}; valid: the OpInfo names of unary and binary ufuncs (abs, add, ...)")
+    ops = [(op, arity) for op, arity in _ops() if (not wanted or op.name in wanted) and op.name not in skipped]
     print(f"CPU class: {machine_class(machine_info())}; dynamic={args.dynamic}; {len(ops)} ops", flush=True)
     flagged = 0
     for name in dtypes:

@@ -91,8 +91,10 @@ def machine_info() -> dict[str, Any]:
                 info["uarch"] = uarch
                 info["cpu"] += f" ({uarch})"
         flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), [])
-        isa = ("avx2", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile")
-        info["isa"] = ", ".join(f for f in isa if f in flags)
+        info["isa"] = ", ".join(f for f in _ISA if f in flags)
+        seen = _cpuid_isa(flags)
+        if seen != info["isa"]:  # an emulated CPU (qemu-x86_64 -cpu Haswell)
+            info["host_isa"], info["isa"] = info["isa"], seen
         phys = {ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("core id")}
         if phys:
             info["physical_cores"] = len(phys)
@@ -124,13 +126,32 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
+_ISA = ("avx2", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile")
+
+
+def _cpuid_isa(flags: list[str]) -> str:
+    """The ISA the CPUID instruction gives this process (PyTorch's probes), which is what the
+    kernels are picked by: ``/proc/cpuinfo``'s ``flags`` name the host's, also under an emulator,
+    where an emulated Haswell's accuracy run was labelled a Zen 5's. A feature PyTorch does not
+    probe is taken from ``flags``."""
+    try:
+        import torch
+
+        probed = {name.replace("avx512_f", "avx512f"): v for name, v in torch.cpu.get_capabilities().items()}
+    except (ImportError, AttributeError):
+        probed = {}
+    return ", ".join(f for f in _ISA if (probed[f] is True if f in probed else f in flags))
+
+
 def machine_class(machine: dict[str, Any]) -> str:
     """A file-name slug for the kind of CPU a run measured (vendor, core generation when known, and
     the ISA tier that decides f32/bf16/int8 speed): runs on different classes are kept side by side,
     never overwritten."""
     cpu = str(machine.get("cpu", "")).lower()
     vendor = "intel" if "intel" in cpu else "amd" if "amd" in cpu else "cpu"
-    if machine.get("uarch"):
+    if machine.get("host_isa"):  # the CPU is an emulator's, not the host's model
+        vendor = "emulated"
+    elif machine.get("uarch"):
         vendor += f"-{machine['uarch']}"
     isa = set(str(machine.get("isa", "")).replace(" ", "").split(","))
     if isa & {"amx_tile", "amx_bf16", "amx_int8"}:
@@ -376,7 +397,8 @@ def write_markdown(path: Path, table: dict, models: list[str], backends: list[st
         f"- machine: {m.get('cpu')}, {m.get('logical_cores')} logical cores"
         + (f" ({m['physical_cores']} physical)" if "physical_cores" in m else "")
         + (f", {m['memory_gb']} GB" if "memory_gb" in m else "")
-        + (f"; ISA: {m['isa']}" if m.get("isa") else ""),
+        + (f"; ISA: {m['isa']}" if m.get("isa") else "")
+        + (f" (emulated; the host's: {m['host_isa']})" if m.get("host_isa") else ""),
         f"- software: torch {m.get('torch')}, openvino {m.get('openvino')}, transformers {m.get('transformers')}, "
         f"numpy {m.get('numpy')}, Python {m.get('python')}; fxvino at {m.get('fxvino_commit')}",
         f"- settings: batch as built by `fxvino.tools.zoo`, 2 threads (`torch.set_num_threads(2)`, OMP_NUM_THREADS=2), "

@@ -2,7 +2,10 @@
 
 import json
 
-from benchmarks.bench import machine_class, microarchitecture, write_index
+import pytest
+from benchmarks.bench import machine_class, machine_info, microarchitecture, write_index
+
+from fxvino.devices import cpu_features
 
 
 def test_machine_class_names_vendor_and_isa_tier():
@@ -13,6 +16,23 @@ def test_machine_class_names_vendor_and_isa_tier():
     assert machine_class(amd) == "amd-avx512-vnni-bf16"
     assert machine_class({"cpu": "AMD EPYC", "isa": "avx2"}) == "amd-avx2"
     assert machine_class({"cpu": "", "isa": ""}) == "cpu-avx2"
+
+
+@pytest.mark.numerics
+def test_the_class_is_the_cpu_the_process_sees():
+    """Under ``qemu-x86_64 -cpu Haswell`` (``make test-avx2``) ``/proc/cpuinfo`` still names the
+    host's AVX-512: an emulated accuracy run was labelled a Zen 5's. The class follows CPUID."""
+    machine = machine_info()
+    isa = set(machine["isa"].replace(" ", "").split(","))
+    assert ("avx512f" in isa) == ("avx512f" in cpu_features()), machine
+    assert ("avx512_bf16" in isa) == ("avx512_bf16" in cpu_features()), machine
+    if "host_isa" in machine:
+        assert machine_class(machine) == "emulated-avx2"
+
+
+def test_an_emulated_cpu_is_its_own_class():
+    machine = {"cpu": "AMD EPYC (zen5)", "uarch": "zen5", "isa": "avx2", "host_isa": "avx2, avx512f, avx512_bf16"}
+    assert machine_class(machine) == "emulated-avx2"
 
 
 def test_machine_class_tells_core_generations_with_the_same_flags_apart():
