@@ -134,11 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore")
     wanted = {o.strip() for o in args.ops.split(",") if o.strip()}
     skipped = {o.strip() for o in args.skip.split(",") if o.strip()}
-    known = {op.name for op, _ in _ops()}
-    if wanted - known or skipped - known:
-        unknown_op = sorted((wanted | skipped) - known)[0]
-        p.error(f"unknown op {unknown_op!r}; valid: the OpInfo names of unary and binary ufuncs (abs, add, ...)")
-    ops = [(op, arity) for op, arity in _ops() if (not wanted or op.name in wanted) and op.name not in skipped]
+    every = _ops()
+    unknown_ops = sorted((wanted | skipped) - {op.name for op, _ in every})
+    if unknown_ops:
+        p.error(f"unknown op {unknown_ops[0]!r}; valid: the OpInfo names of unary and binary ufuncs (abs, add, ...)")
+    ops = [(op, arity) for op, arity in every if (not wanted or op.name in wanted) and op.name not in skipped]
     print(f"CPU class: {machine_class(machine_info())}; dynamic={args.dynamic}; {len(ops)} ops", flush=True)
     flagged = 0
     for name in dtypes:

@@ -129,18 +129,19 @@ def machine_info() -> dict[str, Any]:
 _ISA = ("avx2", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile")
 
 
-def _cpuid_isa(flags: list[str]) -> str:
-    """The ISA the CPUID instruction gives this process (PyTorch's probes), which is what the
-    kernels are picked by: ``/proc/cpuinfo``'s ``flags`` name the host's, also under an emulator,
-    where an emulated Haswell's accuracy run was labelled a Zen 5's. A feature PyTorch does not
-    probe is taken from ``flags``."""
-    try:
-        import torch
+# What each of ``_ISA`` needs of ``fxvino.devices.cpuid_features()``'s names.
+_NEEDS = {"avx2": {"avx2"}, "avx_vnni": {"vnni"}, "avx512f": {"avx512f"}, "avx512_vnni": {"avx512f", "vnni"}}
+_NEEDS |= {"avx512_bf16": {"avx512_bf16"}} | {f: {"amx_tile"} for f in ("amx_bf16", "amx_int8", "amx_tile")}
 
-        probed = {name.replace("avx512_f", "avx512f"): v for name, v in torch.cpu.get_capabilities().items()}
-    except (ImportError, AttributeError):
-        probed = {}
-    return ", ".join(f for f in _ISA if (probed[f] is True if f in probed else f in flags))
+
+def _cpuid_isa(flags: list[str]) -> str:
+    """Those of ``flags`` (``/proc/cpuinfo``'s) that the CPUID instruction gives this process,
+    which is what the kernels are picked by: ``/proc/cpuinfo`` names the host's, also under an
+    emulator, where an emulated Haswell's accuracy run was labelled a Zen 5's."""
+    from fxvino.devices import cpuid_features
+
+    seen = cpuid_features()
+    return ", ".join(f for f in _ISA if f in flags and _NEEDS[f] <= seen)
 
 
 def machine_class(machine: dict[str, Any]) -> str:

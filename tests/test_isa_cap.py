@@ -21,7 +21,7 @@ from fxvino import devices
 # Run in a fresh process: the plugin reads the cap when it loads.
 _CAPPED_RUN = r"""
 import json, logging, torch, fxvino
-from fxvino.devices import _cpuid_features, widened_types
+from fxvino.devices import cpuid_features, widened_types
 warnings = []
 class Keep(logging.Handler):
     def emit(self, record):
@@ -41,7 +41,7 @@ print(json.dumps({
     "fallbacks": len(report.fallbacks),
     "ov_ops": sum(report.ov_ops.values()),
     "warnings": warnings,
-    "cpuid": sorted(_cpuid_features()),
+    "cpuid": sorted(cpuid_features()),
 }))
 """
 

@@ -203,7 +203,7 @@ def warn_if_isa_capped() -> bool:
     cap = onednn_isa_cap()
     if cap is None:
         return False
-    hidden = _cpuid_features() - cap[1]
+    hidden = cpuid_features() - cap[1]
     if not hidden:
         return False
     logging.getLogger("fxvino").warning(
@@ -246,16 +246,18 @@ def cpu_features() -> frozenset[str]:
     """Which of avx2, avx512f, avx512_bf16, amx_tile and vnni OpenVINO's plugin may use in this process:
     what the CPUID instruction says (PyTorch's probes), less what a oneDNN ISA cap
     (:func:`onednn_isa_cap`) takes away. That is what the plugin picks its kernels by."""
-    features = _cpuid_features()
+    features = cpuid_features()
     cap = onednn_isa_cap()
     return features if cap is None else features & cap[1]
 
 
 @functools.cache
-def _cpuid_features() -> frozenset[str]:
-    """``/proc/cpuinfo`` is the kernel's view of the host's CPU, which an emulator does not change:
-    under ``qemu-x86_64 -cpu Haswell`` (``make test-avx2``) it named AVX-512 and AMX while the
-    plugin ran its AVX2 kernels. It is read only where PyTorch lacks the probes."""
+def cpuid_features() -> frozenset[str]:
+    """Which of ``_CPU_EXTENSIONS`` the CPUID instruction gives this process, before any oneDNN
+    ISA cap (:func:`cpu_features` takes that off). ``/proc/cpuinfo`` is the kernel's view of the
+    host's CPU, which an emulator does not change: under ``qemu-x86_64 -cpu Haswell`` (``make
+    test-avx2``) it named AVX-512 and AMX while the plugin ran its AVX2 kernels. It is read only
+    where PyTorch lacks the probes."""
     capabilities = getattr(torch.cpu, "get_capabilities", None)
     if callable(capabilities):
         present = {name for name, value in capabilities().items() if value is True}

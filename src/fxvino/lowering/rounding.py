@@ -122,10 +122,10 @@ def cast_constants(model: ov.Model) -> int:
         from_constants[node] = kind == "Constant" or (passes and bool(inputs) and all(map(from_constants.get, inputs)))
         if kind != "Convert":
             continue
-        target = _SIXTEEN_BITS.get(node.get_output_element_type(0))
-        source = node.input_value(0)
-        if target is None or source.get_element_type() not in _FINER_THAN[node.get_output_element_type(0)]:
+        target_type, source = node.get_output_element_type(0), node.input_value(0)
+        if source.get_element_type() not in _FINER_THAN.get(target_type, ()):
             continue
+        target = _SIXTEEN_BITS[target_type]
         data = h.constant_value(source)
         if data is not None:
             node.input(0).replace_source_output(h.owned_constant(data.to(target)))
