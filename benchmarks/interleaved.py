@@ -11,7 +11,9 @@ workers, ``benchmarks.worker.build`` and ``setup``), warmed, and then run in sho
 ``--calls`` calls, the order rotated every block: a slow spell of the host lands on all of them
 alike. Each block gives its median; the table shows the median and the minimum of those, and
 the per-block ratio to the first backend (median and spread over blocks), which is the figure
-to quote. The machine class is recorded as the bench records it.
+to quote. The machine class is recorded as the bench records it. Each call enters the worker's
+call context itself (no_grad, autocast), a few µs the bench's loop does not pay: for the probe's
+per-call cost, use ``benchmarks.bench --models probe``.
 """
 
 from __future__ import annotations
