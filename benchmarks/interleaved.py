@@ -11,22 +11,31 @@ workers, ``benchmarks.worker.build`` and ``setup``), warmed, and then run in sho
 ``--calls`` calls, the order rotated every block: a slow spell of the host lands on all of them
 alike. Each block gives its median; the table shows the median and the minimum of those, and
 the per-block ratio to the first backend (median and spread over blocks), which is the figure
-to quote. The machine class is recorded as the bench records it. Each call enters the worker's
-call context itself (no_grad, autocast), a few µs the bench's loop does not pay: for the probe's
-per-call cost, use ``benchmarks.bench --models probe``.
+to quote. The machine class is recorded as the bench records it. Each block runs inside the
+worker's call context for its backend (no_grad, autocast), entered once per block as the bench's
+timed loop enters it once.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 
-def _blocks(calls: dict[str, Any], blocks: int, per_block: int) -> dict[str, list[float]]:
-    """Per backend, each block's median call time in ms, the backends' order rotated every block."""
+def _blocks(
+    calls: dict[str, Callable[[], Any]],
+    blocks: int,
+    per_block: int,
+    context: Callable[[str], AbstractContextManager] = lambda _name: contextlib.nullcontext(),
+) -> dict[str, list[float]]:
+    """Per backend, each block's median call time in ms, the backends' order rotated every block;
+    ``context(name)`` is entered around each of that backend's blocks."""
     names = list(calls)
     medians: dict[str, list[float]] = {n: [] for n in names}
     for b in range(blocks):
@@ -34,10 +43,11 @@ def _blocks(calls: dict[str, Any], blocks: int, per_block: int) -> dict[str, lis
         for name in names[k:] + names[:k]:
             call = calls[name]
             times = []
-            for _ in range(per_block):
-                t0 = time.perf_counter()
-                call()
-                times.append(time.perf_counter() - t0)
+            with context(name):
+                for _ in range(per_block):
+                    t0 = time.perf_counter()
+                    call()
+                    times.append(time.perf_counter() - t0)
             medians[name].append(statistics.median(times) * 1e3)
     return medians
 
@@ -87,12 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in backends:
         t0 = time.perf_counter()
         call, _hooks = worker.setup(name, model, inputs, "", {}, args.model)
-        call = _in_context(name, call)
-        for _ in range(args.warmup):
-            call()
+        with worker.call_context(name):
+            for _ in range(args.warmup):
+                call()
         print(f"{name}: built and warmed in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
         calls[name] = call
-    medians = _blocks(calls, args.blocks, args.calls)
+    medians = _blocks(calls, args.blocks, args.calls, worker.call_context)
     info = machine_info()
     head = (
         f"`{args.model}`, {args.blocks} blocks of {args.calls} calls per backend, interleaved in one process, "
@@ -106,18 +116,6 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.out, "w") as f:
             f.write(text)
     return 0
-
-
-def _in_context(backend: str, call: Any) -> Any:
-    """Each call in the context the bench's worker times it in (no_grad; autocast for the
-    autocast backends), entered per call because the backends alternate."""
-    from benchmarks import worker
-
-    def run() -> Any:
-        with worker.call_context(backend):
-            return call()
-
-    return run
 
 
 if __name__ == "__main__":
