@@ -24,6 +24,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from fxvino.lowering import eager_checks, views
 from fxvino.lowering import helpers as h
 from fxvino.lowering.ops.random import share_stream_keys
+from fxvino.lowering.rank1_abs import keep_rank1_abs
 from fxvino.lowering.registry import entry_for, op_name
 from fxvino.lowering.rounding import round_like_torch
 from fxvino.lowering.scalar_broadcasts import keep_scalar_broadcasts_small
@@ -216,6 +217,7 @@ def lower_graph(
     model = ov.Model(results, params, name)
     keep_scalar_broadcasts_small(model)
     round_like_torch(model, widened)
+    keep_rank1_abs(model)  # last: the passes above emit Abs too
     return LoweredGraph(model, inputs, outputs, runtime_positions, counts, packed=packed)
 
 
