@@ -23,6 +23,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from fxvino.lowering import eager_checks, views
 from fxvino.lowering import helpers as h
+from fxvino.lowering.constant_predicates import fold_constant_predicates
 from fxvino.lowering.ops.random import share_stream_keys
 from fxvino.lowering.rank1_abs import keep_rank1_abs
 from fxvino.lowering.registry import entry_for, op_name
@@ -216,6 +217,7 @@ def lower_graph(
         inputs.append(InputSpec("seed", -1))
     model = ov.Model(results, params, name)
     keep_scalar_broadcasts_small(model)
+    fold_constant_predicates(model)
     round_like_torch(model, widened)
     keep_rank1_abs(model)  # last: the passes above emit Abs too
     return LoweredGraph(model, inputs, outputs, runtime_positions, counts, packed=packed)
