@@ -28,6 +28,19 @@ def run_fxvino(
     return out, report
 
 
+class WithWeight(torch.nn.Module):
+    """``fn(weight, x)`` of a frozen parameter ``weight``: the way a weight reaches a graph as a
+    constant (a weight above ``FOLD_MAX_BYTES`` is left for OpenVINO to fold)."""
+
+    def __init__(self, weight: torch.Tensor, fn: Callable[[torch.Tensor, torch.Tensor], Any]):
+        super().__init__()
+        self.w = torch.nn.Parameter(weight.clone(), requires_grad=False)
+        self.fn = fn
+
+    def forward(self, x: torch.Tensor) -> Any:
+        return self.fn(self.w, x)
+
+
 def sixteen_bit_numerics(*dtypes: torch.dtype) -> list[Any]:
     """``dtypes`` as parameters, the 16-bit float ones marked ``numerics``: where an op is built of
     comparisons, selections and exact arithmetic, only they compute differently by CPU class

@@ -17,7 +17,7 @@ from fxvino.lowering.constant_predicates import fold_constant_predicates
 from fxvino.lowering.rank1_abs import keep_rank1_abs
 from fxvino.passes.freezing import FOLD_MAX_BYTES
 from fxvino.tools.exec_graph import constant_work
-from harness import assert_all_on_openvino, run_fxvino, sixteen_bit_numerics
+from harness import WithWeight, assert_all_on_openvino, run_fxvino, sixteen_bit_numerics
 
 
 def _weight(dtype: torch.dtype) -> torch.Tensor:
@@ -52,15 +52,7 @@ def test_a_weights_nan_and_infinity_tests_are_folded(case, dtype):
     weight = _weight(dtype)
     fn, exact = CASES[case]
 
-    class Tested(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.w = torch.nn.Parameter(weight.clone(), requires_grad=False)
-
-        def forward(self, x):
-            return fn(self.w, x)
-
-    model = Tested().eval()
+    model = WithWeight(weight, fn).eval()
     x = torch.randn(1024).to(dtype)
     out, report = run_fxvino(model, x)
     tolerance = 0.0 if exact else STEPS[dtype]

@@ -15,7 +15,7 @@ import torch
 from fxvino.devices import core
 from fxvino.lowering.rank1_abs import keep_rank1_abs
 from fxvino.passes.freezing import FOLD_MAX_BYTES
-from harness import assert_all_on_openvino, run_fxvino, sixteen_bit_numerics
+from harness import WithWeight, assert_all_on_openvino, run_fxvino, sixteen_bit_numerics
 
 # Each of these differed from eager (about half the elements kept their sign) without the pass.
 CASES = {
@@ -28,25 +28,13 @@ FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 INTS = (torch.int32, torch.int64)
 
 
-def _model(values: torch.Tensor, fn) -> torch.nn.Module:
-    class Tested(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.b = torch.nn.Parameter(values.clone(), requires_grad=False)
-
-        def forward(self, x):
-            return fn(self.b, x)
-
-    return Tested().eval()
-
-
 @pytest.mark.parametrize("dtype", [*sixteen_bit_numerics(*FLOATS), *(pytest.param(d, id=str(d)[6:]) for d in INTS)])
 @pytest.mark.parametrize("case", list(CASES))
 def test_abs_of_a_1d_weight_equals_eagers(case, dtype):
     torch.manual_seed(0)
     count = FOLD_MAX_BYTES // dtype.itemsize + 1024
     values = torch.randint(-100, 100, (count,))  # b - 3 is exact in every type: one rounding, as eager's
-    model = _model(values.to(dtype), CASES[case])
+    model = WithWeight(values.to(dtype), CASES[case]).eval()
     x = (torch.randn(count) if dtype.is_floating_point else torch.randint(-5, 5, (count,))).to(dtype)
     out, report = run_fxvino(model, x)
     torch.testing.assert_close(out, model(x), rtol=0, atol=0)

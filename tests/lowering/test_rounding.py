@@ -18,7 +18,7 @@ import torch
 import fxvino
 from fxvino.devices import bf16_capped, core, cpu_features, widened_types
 from fxvino.lowering.rounding import round_like_torch, round_to
-from harness import assert_all_on_openvino, cpu_computes_bf16, run_fxvino
+from harness import WithWeight, assert_all_on_openvino, cpu_computes_bf16, run_fxvino
 
 pytestmark = pytest.mark.numerics
 
@@ -91,15 +91,8 @@ def test_a_weight_too_large_to_fold_in_torch_is_cast_like_torch(source, dtype):
     weight = _weight(source)
     assert weight.numel() * dtype.itemsize > FOLD_MAX_BYTES
 
-    class Cast(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.w = torch.nn.Parameter(weight.clone(), requires_grad=False)
-
-        def forward(self, x):
-            return self.w.to(x.dtype) * x  # times ones: the cast weight itself, through a product
-
-    model, ones = Cast().eval(), torch.ones(1024, dtype=dtype)
+    # times ones: the cast weight itself, through a product
+    model, ones = WithWeight(weight, lambda w, x: w.to(x.dtype) * x).eval(), torch.ones(1024, dtype=dtype)
     out, report = run_fxvino(model, ones)
     _assert_same(out.flatten(), model(ones).flatten())
     assert report.graphs[0].frozen_inputs == 1, "the weight was not frozen: OpenVINO did not fold its cast"
@@ -120,15 +113,7 @@ def test_a_weight_computed_before_its_cast_is_cast_like_torch(chain, source, dty
 
     weight = _weight(source)
 
-    class Cast(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.w = torch.nn.Parameter(weight.clone(), requires_grad=False)
-
-        def forward(self, x):
-            return chain(self.w).to(x.dtype) * x
-
-    model, ones = Cast().eval(), torch.ones(1024, dtype=dtype)
+    model, ones = WithWeight(weight, lambda w, x: chain(w).to(x.dtype) * x).eval(), torch.ones(1024, dtype=dtype)
     out, report = run_fxvino(model, ones)
     _assert_same(out.flatten(), model(ones).flatten())
     assert report.graphs[0].frozen_inputs == 1, "the weight was not frozen: OpenVINO did not fold its cast"
