@@ -22,29 +22,22 @@ import openvino as ov
 import openvino.opset16 as ops
 
 from fxvino.lowering import helpers as h
+from fxvino.lowering.constant_values import ConstantValues
 
 _PREDICATES = frozenset({"IsNaN", "IsInf", "IsFinite"})
-# Constant inputs, yet a new value on each call (state, random draws): never folded.
-_NOT_CONSTANT = frozenset({"ReadValue", "RandomUniform", "Multinomial"})
 
 
 def fold_constant_predicates(model: ov.Model) -> int:
     """Rewrites ``model`` in place (see the module doc); returns how many tests it rewrote."""
-    from_constants: dict[ov.Node, bool] = {}
+    from_constants = ConstantValues()
     rewritten = 0
-    for node in model.get_ordered_ops():  # producers before consumers
-        kind = node.get_type_name()
-        inputs = [node.input_value(i).get_node() for i in range(node.get_input_size())]
-        from_constants[node] = kind == "Constant" or (
-            kind not in _NOT_CONSTANT and bool(inputs) and all(from_constants.get(n, False) for n in inputs)
-        )
-        if kind not in _PREDICATES or not from_constants[node]:
+    for node in model.get_ordered_ops():
+        if node.get_type_name() not in _PREDICATES or not from_constants(node):
             continue
         foldable = _foldable(node)
         if foldable is None:
             continue
         node.output(0).replace(foldable)
-        from_constants[foldable.get_node()] = True  # its readers, later in the walk, now read it
         rewritten += 1
     if rewritten:
         model.validate_nodes_and_infer_types()

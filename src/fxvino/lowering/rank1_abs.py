@@ -28,11 +28,8 @@ def keep_rank1_abs(model: ov.Model) -> int:
         if node.get_type_name() != "Abs" or node.get_output_partial_shape(0).rank != ov.Dimension(1):
             continue
         x = node.input_value(0)
-        readers = node.output(0).get_target_inputs()
         as_row = ops.reshape(x, h.i64([1, -1]), special_zero=False)
-        back = ops.reshape(ops.abs(as_row), h.i64([-1]), special_zero=False)
-        for reader in readers:
-            reader.replace_source_output(back.output(0))
+        node.output(0).replace(ops.reshape(ops.abs(as_row), h.i64([-1]), special_zero=False).output(0))
         rewritten += 1
     if rewritten:
         model.validate_nodes_and_infer_types()

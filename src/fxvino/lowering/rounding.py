@@ -27,6 +27,7 @@ import openvino.opset16 as ops
 import torch
 
 from fxvino.lowering import helpers as h
+from fxvino.lowering.constant_values import ConstantValues
 from fxvino.utils.dtypes import ov_type
 
 # Veltkamp's splitter 2**(24 - s) + 1 leaves the high half of an f32 as the f32 rounded to
@@ -114,13 +115,9 @@ def cast_constants(model: ov.Model) -> int:
     # Computed from float Constants alone: a weight decompressed from integers (Convert(i8) ->
     # Subtract -> Multiply) stays in the shape the plugin keeps compressed. An f16 weight widened
     # (``w.float() * s``) passes: cast to 16 bits after, it is folded, and truncated, anyway.
-    from_constants: dict[ov.Node, bool] = {}
-    for node in model.get_ordered_ops():  # producers before consumers
-        kind = node.get_type_name()
-        inputs = [node.input_value(i).get_node() for i in range(node.get_input_size())]
-        passes = node.input_value(0).get_element_type().is_real() if kind == "Convert" else kind != "ReadValue"
-        from_constants[node] = kind == "Constant" or (passes and bool(inputs) and all(map(from_constants.get, inputs)))
-        if kind != "Convert":
+    from_constants = ConstantValues(through_decompression=False)
+    for node in model.get_ordered_ops():
+        if node.get_type_name() != "Convert":
             continue
         target_type, source = node.get_output_element_type(0), node.input_value(0)
         if source.get_element_type() not in _FINER_THAN.get(target_type, ()):
@@ -129,7 +126,7 @@ def cast_constants(model: ov.Model) -> int:
         data = h.constant_value(source)
         if data is not None:
             node.input(0).replace_source_output(h.owned_constant(data.to(target)))
-        elif from_constants[source.get_node()]:
+        elif from_constants(source.get_node()):
             if source.get_element_type() != ov.Type.f32:  # torch casts f64 and f16 through f32 too
                 source = ops.convert(source, ov.Type.f32).output(0)
             node.input(0).replace_source_output(round_to(source, target))
@@ -150,17 +147,15 @@ def round_like_torch(model: ov.Model, widened: Collection[torch.dtype]) -> None:
             model.validate_nodes_and_infer_types()
         return
     exact: set[ov.Node] = set()
-    constant: dict[ov.Node, bool] = {}  # computed from constants alone (in execution order)
+    constant = ConstantValues()
     for node in model.get_ordered_ops():
         kind = node.get_type_name()
-        inputs = [node.input_value(i).get_node() for i in range(node.get_input_size())]
-        constant[node] = kind == "Constant" or (bool(inputs) and all(constant.get(n, False) for n in inputs))
         if kind == "Convert":
             source = node.input_value(0)
             # Weights decompressed from integers (NNCF, torchao: Convert(i8) -> Subtract -> Multiply,
             # in f16) are left whole: the plugin keeps them compressed inside its products only in
             # that shape, computing them in f32 (within f16's rounding of eager's; tested).
-            if constant[source.get_node()]:
+            if constant(source.get_node()):
                 continue
             if source.get_element_type() in types:  # leaving 16-bit arithmetic
                 rounded = _rounded_16bit(source, types[source.get_element_type()], exact)
