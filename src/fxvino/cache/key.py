@@ -79,8 +79,9 @@ from fxvino.utils.fx import fetch_attr
 # 27: 7-bit quantize/dequantize pairs as a Clamp and a 256-level FakeQuantize, which run their
 # products in int8, where older entries' run in f32; 28: f16 constants cast to bf16 and f16
 # weights widened before a 16-bit cast are cast as torch casts them, where older entries' were
-# truncated, and their rounding folds whole).
-KEY_FORMAT = 28
+# truncated, and their rounding folds whole; 29: bf16 constants' infinities guarded where the
+# plugin clamps them to FLT_MAX (static and dynamic graphs), which older entries' lose).
+KEY_FORMAT = 29
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.
 _PARALLEL_BYTES = 64 << 20

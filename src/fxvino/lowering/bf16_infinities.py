@@ -54,7 +54,7 @@ def keep_bf16_infinities(model: ov.Model, widened: Collection[torch.dtype]) -> i
     if not frontier:
         return 0
     always = h.always_true(model)
-    if always is None:  # no input to make a run-time value of
+    if always is None:  # no input to make a run-time value of (static or dynamic)
         return 0
     zero = ops.convert(ops.logical_not(always), ov.Type.bf16)
     infinity = ops.divide(h.const(1.0, torch.bfloat16), zero).output(0)

@@ -413,10 +413,21 @@ def reduce_extreme(x: ov.Output, axes: ov.Output, largest: bool, keepdims: bool)
 
 def always_true(model: ov.Model) -> ov.Output | None:
     """A boolean scalar that OpenVINO cannot fold: ``x == x or x != x`` of a run-time input's first
-    element (true for NaN too). None when no static, non-empty input exists."""
-    for param in model.get_parameters():
+    element (true for NaN too). Where no input is static and non-empty (``dynamic=True``, empty
+    inputs), the same test of an input's first zero or one elements, reduced with And, which is
+    true over none. None when the model has no input of a known element type."""
+    params = model.get_parameters()
+    for param in params:
         shape = param.get_output_partial_shape(0)
         if shape.is_static and math.prod(shape.to_shape()) > 0:
             first = ops.gather(reshape(param.output(0), [-1]), const(0, torch.int64), const(0, torch.int64))
             return ops.logical_or(ops.equal(first, first), ops.not_equal(first, first)).output(0)
+    for param in params:
+        if param.get_output_element_type(0).is_dynamic():
+            continue
+        flat = ops.reshape(param.output(0), const([-1], torch.int64), False)
+        one = const([1], torch.int64)
+        head = ops.slice(flat, const([0], torch.int64), one, one)
+        same = ops.logical_or(ops.equal(head, head), ops.not_equal(head, head))
+        return ops.reduce_logical_and(same, const([0], torch.int64), False).output(0)
     return None
