@@ -80,7 +80,8 @@ from fxvino.utils.fx import fetch_attr
 # products in int8, where older entries' run in f32; 28: f16 constants cast to bf16 and f16
 # weights widened before a 16-bit cast are cast as torch casts them, where older entries' were
 # truncated, and their rounding folds whole; 29: bf16 constants' infinities guarded where the
-# plugin clamps them to FLT_MAX (static and dynamic graphs), which older entries' lose).
+# plugin clamps them to FLT_MAX (static and dynamic graphs), and chains of constants whose
+# fusion cancels or leaves the range kept apart, which older entries' lose or fuse).
 KEY_FORMAT = 29
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.
