@@ -15,8 +15,9 @@ rounding of the result; two kinds of constants make them differ by far more:
 
 There the later op's constant is made a run-time value, ``Select(true, c, c)`` with a true
 OpenVINO cannot fold (``helpers.always_true``), which the fusion does not match: the plugin then
-computes both ops, rounding after each, as eager does. That is one small Select per such op per
-call, in graphs that have such a chain only. In a sum whose addends cancel, each rounding before
+computes both ops, rounding after each, as eager does. The cost is that Select per such op per
+call: nothing for a scalar, a read of the constant for a tensor (as eager reads it), in graphs
+that have such a chain only. In a sum whose addends cancel, each rounding before
 the cancellation shows in the result (``x * 1e-7 + 1 + 2 - 3``: fusing ``+ 1 + 2`` alone left
 748 of 4,096 values off), so none of its ops is fused; in a product only the op whose factor
 leaves the range, and the chain after it starts afresh, as the plugin's fusion does.
@@ -63,14 +64,13 @@ def keep_constant_chains(model: ov.Model) -> int:
             chain_of[node] = _Chain(additive, term)
             continue
         together = chain.value + term if additive else chain.value * term
-        if not _beyond_a_rounding(chain.value, term, together, additive, _range_of(node)):
-            chain.links.append(constant)
-            chain.value, chain_of[node] = together, chain
-        elif additive:  # each rounding before a cancellation shows in its result: none is fused
-            chain.links.append(constant)
-            chain.value, chain.changed, chain_of[node] = together, True, chain
-        else:  # relative errors of products do not grow: only this one; a fresh chain starts after
-            late.append(constant)
+        beyond = _beyond_a_rounding(chain.value, term, together, additive, _range_of(node))
+        if beyond and not additive:  # relative errors of products do not grow: only this one is
+            late.append(constant)  # kept apart, and a fresh chain starts after it
+            continue
+        # In a sum, each rounding before a cancellation shows in its result: none is fused.
+        chain.links.append(constant)
+        chain.value, chain.changed, chain_of[node] = together, chain.changed or beyond, chain
     for chain in {id(c): c for c in chain_of.values() if c.changed}.values():
         late.extend(chain.links)
     if not late:

@@ -425,9 +425,7 @@ def always_true(model: ov.Model) -> ov.Output | None:
     for param in params:
         if param.get_output_element_type(0).is_dynamic():
             continue
-        flat = ops.reshape(param.output(0), const([-1], torch.int64), False)
-        one = const([1], torch.int64)
-        head = ops.slice(flat, const([0], torch.int64), one, one)
+        head = ops.slice(reshape(param.output(0), [-1]), i64([0]), i64([1]), i64([1]))
         same = ops.logical_or(ops.equal(head, head), ops.not_equal(head, head))
-        return ops.reduce_logical_and(same, const([0], torch.int64), False).output(0)
+        return ops.reduce_logical_and(same, i64([0]), False).output(0)
     return None
