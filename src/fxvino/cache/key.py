@@ -81,8 +81,9 @@ from fxvino.utils.fx import fetch_attr
 # weights widened before a 16-bit cast are cast as torch casts them, where older entries' were
 # truncated, and their rounding folds whole; 29: bf16 constants' infinities guarded where the
 # plugin clamps them to FLT_MAX (static and dynamic graphs), and chains of constants whose
-# fusion cancels or leaves the range kept apart, which older entries' lose or fuse).
-KEY_FORMAT = 29
+# fusion cancels or leaves the range kept apart, which older entries' lose or fuse; 30: float
+# divisions kept IEEE's where the plugin made them a multiply by the reciprocal).
+KEY_FORMAT = 30
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.
 _PARALLEL_BYTES = 64 << 20

@@ -2,8 +2,9 @@
 eager's result by more than a rounding.
 
 OpenVINO fuses ``(x + a) + b`` into ``x + (a + b)`` and ``(x * a) * b`` into ``x * (a * b)``
-when the first op has no other reader (``LinOpSequenceFusion``; a Subtract or Divide by a
-constant is an Add or Multiply by then). Eager rounds after each op. Mostly the two differ by a
+when the first op has no other reader (``LinOpSequenceFusion``; a Subtract by a constant is an
+Add by then, and so is a Divide by a power of two a Multiply: ``exact_division.py`` keeps the
+others divisions). Eager rounds after each op. Mostly the two differ by a
 rounding of the result; two kinds of constants make them differ by far more:
 
 - addends that cancel: ``(x + 1.5 * 2**23) - 1.5 * 2**23`` is the classic round-to-integer
@@ -31,6 +32,7 @@ import openvino as ov
 import openvino.opset16 as ops
 import torch
 
+from fxvino.lowering import exact_division
 from fxvino.lowering import helpers as h
 
 _ADDITIVE = frozenset({"Add", "Subtract"})
@@ -88,7 +90,8 @@ def keep_constant_chains(model: ov.Model) -> int:
 def _link(node: ov.Node) -> tuple[ov.Output, torch.Tensor, ov.Input] | None:
     """For an Add, Subtract, Multiply or Divide of floats with one Constant operand: its other
     operand, what it adds or multiplies by (in float64, as the plugin's fusion sees it), and the
-    input the Constant feeds. None for any other node (a Divide of a constant by ``x`` too)."""
+    input the Constant feeds. None for any other node (a Divide of a constant by ``x``, or one
+    the plugin keeps a division, too)."""
     kind = node.get_type_name()
     if kind not in _ADDITIVE | _MULTIPLICATIVE or node.get_output_element_type(0) not in _FLOATS:
         return None
@@ -96,7 +99,7 @@ def _link(node: ov.Node) -> tuple[ov.Output, torch.Tensor, ov.Input] | None:
     if (values[0] is None) == (values[1] is None):
         return None
     at = 0 if values[0] is not None else 1
-    if kind == "Divide" and at == 0:
+    if kind == "Divide" and (at == 0 or exact_division.kept_exact(node)):
         return None
     term = values[at].to(torch.float64)
     if kind == "Subtract" and at == 1:

@@ -21,11 +21,13 @@ class ConstantValues:
     ``through_decompression`` says whether a Convert from integers to a float counts: the
     weights NNCF and torchao compress (``Convert(i8) -> Subtract -> Multiply``) are constant
     either way, but a pass that rounds float constants leaves them in the shape the plugin keeps
-    compressed, and so sees them as not constant.
+    compressed, and so sees them as not constant. ``static_shapes`` counts the ShapeOf of a
+    value of static shape as constant, as the plugin folds it when it compiles.
     """
 
-    def __init__(self, through_decompression: bool = True) -> None:
+    def __init__(self, through_decompression: bool = True, static_shapes: bool = False) -> None:
         self._through_decompression = through_decompression
+        self._static_shapes = static_shapes
         self._known: dict[ov.Node, bool] = {}
 
     def __call__(self, node: ov.Node) -> bool:
@@ -50,6 +52,8 @@ class ConstantValues:
     def _judge(self, node: ov.Node, inputs: list[ov.Node]) -> bool:
         kind = node.get_type_name()
         if kind == "Constant":
+            return True
+        if kind == "ShapeOf" and self._static_shapes and node.get_input_partial_shape(0).is_static:
             return True
         if kind in _NEW_EACH_CALL or not inputs:
             return False

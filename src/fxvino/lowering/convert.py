@@ -26,6 +26,7 @@ from fxvino.lowering import helpers as h
 from fxvino.lowering.bf16_infinities import keep_bf16_infinities
 from fxvino.lowering.constant_chains import keep_constant_chains
 from fxvino.lowering.constant_predicates import fold_constant_predicates
+from fxvino.lowering.exact_division import keep_divisions_exact
 from fxvino.lowering.ops.random import share_stream_keys
 from fxvino.lowering.rank1_abs import keep_rank1_abs
 from fxvino.lowering.registry import entry_for, op_name
@@ -222,7 +223,8 @@ def lower_graph(
     fold_constant_predicates(model)
     keep_bf16_infinities(model, widened)
     round_like_torch(model, widened)
-    keep_constant_chains(model)
+    keep_divisions_exact(model)
+    keep_constant_chains(model)  # after: the Divides kept exact are not fused
     keep_rank1_abs(model)  # last: the passes above emit Abs too
     return LoweredGraph(model, inputs, outputs, runtime_positions, counts, packed=packed)
 

@@ -589,8 +589,8 @@ def hypot(ctx, node, a, b):
 @lowers(aten.round.decimals, validator=_float_input)
 def round_decimals(ctx, node, x, *, decimals=0):
     """ATen's kernel, in f32 for 16-bit types: ``nearbyint(x * 10**d) / 10**d``, or
-    ``nearbyint(x / 10**-d) * 10**-d`` for negative ``d``; the divisions correctly rounded
-    (:func:`_divide_rounded`)."""
+    ``nearbyint(x / 10**-d) * 10**-d`` for negative ``d`` (the divisions rounded once:
+    ``exact_division.py``; as a multiply by the reciprocal, 178 / 10 gave 17.800001, torch 17.799999)."""
     dtype = h.out_dtype(node)
     f32 = torch.float32
     x = h.cast(h.cast(x, dtype), f32)
@@ -598,26 +598,10 @@ def round_decimals(ctx, node, x, *, decimals=0):
         return h.cast(ops.round(x, "half_to_even").output(0), dtype)
     scale = h.const(float(10 ** abs(decimals)), f32)
     if decimals > 0:
-        result = _divide_rounded(ops.round(ops.multiply(x, scale), "half_to_even").output(0), scale)
+        result = ops.divide(ops.round(ops.multiply(x, scale), "half_to_even"), scale).output(0)
     else:
-        result = ops.multiply(ops.round(_divide_rounded(x, scale), "half_to_even"), scale).output(0)
+        result = ops.multiply(ops.round(ops.divide(x, scale), "half_to_even"), scale).output(0)
     return h.cast(result, dtype)
-
-
-def _divide_rounded(a: ov.Output, b: ov.Output) -> ov.Output:
-    """``a / b`` rounded as IEEE's f32 division: the CPU plugin's Divide is not (178 / 10 gave
-    17.800001, torch 17.799999). The plugin's quotient is corrected by its exact remainder
-    (Dekker's product, :mod:`float_mod`), divided again. A huge ``a`` is scaled by 2**-40 first
-    (exactly), so the splits of the quotient do not overflow."""
-    f32 = torch.float32
-    big = ops.less(h.const(2.0**100, f32), ops.abs(a))
-    a = ops.select(big, ops.multiply(a, h.const(2.0**-40, f32)), a).output(0)
-    q = ops.divide(a, b).output(0)
-    p = ops.multiply(q, b).output(0)
-    r = ops.subtract(ops.subtract(a, p), float_mod._product_error(q, b, p))
-    corrected = ops.add(q, ops.divide(r, b)).output(0)
-    q = ops.select(ops.is_finite(corrected), corrected, q)  # infinities and NaN
-    return ops.multiply(q, ops.select(big, h.const(2.0**40, f32), h.const(1.0, f32))).output(0)
 
 
 # The largest |k| of one factor 2**k in :func:`_scale`: every such power is a normal f32.
