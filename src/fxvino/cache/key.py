@@ -82,8 +82,10 @@ from fxvino.utils.fx import fetch_attr
 # truncated, and their rounding folds whole; 29: bf16 constants' infinities guarded where the
 # plugin clamps them to FLT_MAX (static and dynamic graphs), and chains of constants whose
 # fusion cancels or leaves the range kept apart, which older entries' lose or fuse; 30: float
-# divisions kept IEEE's where the plugin made them a multiply by the reciprocal).
-KEY_FORMAT = 30
+# divisions kept IEEE's where the plugin made them a multiply by the reciprocal; 31: 16-bit
+# products and quotients by a scalar, leaky slopes, rsqrt and running sums computed as ATen's
+# kernels compute them, where older entries' were a step off).
+KEY_FORMAT = 31
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.
 _PARALLEL_BYTES = 64 << 20

@@ -121,6 +121,11 @@ def static_shape(x: ov.Output) -> list[int | None]:
     return [d.get_length() if d.is_static else None for d in x.get_partial_shape()]
 
 
+def one_element(v: Value) -> bool:
+    """Whether ``v`` is a Python number or an output of one element (every dim statically 1)."""
+    return not is_output(v) or all(d == 1 for d in static_shape(v))
+
+
 def shape_of(x: ov.Output) -> ov.Output:
     return ops.shape_of(x, ov.Type.i64).output(0)
 

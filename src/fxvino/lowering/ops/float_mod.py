@@ -86,7 +86,7 @@ def floor_divide(a: ov.Output, b: ov.Output | float, dtype: torch.dtype) -> ov.O
     For 16-bit floats PyTorch rounds to the type after every step, except when ``b`` is one
     element (a Python number or a one-element tensor): then it computes in f32, with a Python
     number unrounded. This follows both, to give its results."""
-    one_element = not h.is_output(b) or all(d == 1 for d in h.static_shape(b))
+    one_element = h.one_element(b)
     a = h.cast(h.cast(a, dtype), torch.float32)
     b = h.cast(h.cast(b, dtype), torch.float32) if h.is_output(b) else h.const(b, torch.float32)
     stepwise = dtype != torch.float32 and not one_element

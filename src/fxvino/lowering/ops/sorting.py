@@ -316,7 +316,7 @@ def cumsum(ctx, node, x, dim, *, dtype=None):
         return h.cast(x, out)
     axis = h.norm_dim(dim, h.rank(x))
     eager_checks.stays_int32(ctx, node, lambda: eager_checks.total_magnitude(x, h.const([axis], torch.int64)))
-    if h.dtype_of(x) in (torch.float32, torch.float64):
+    if out in (torch.float32, torch.float64):  # 16-bit types accumulate in plain float32
         return _compensated_cumsum(x, axis)
     return h.cast(ops.cumsum(x, h.const(axis, torch.int64)).output(0), out)
 
