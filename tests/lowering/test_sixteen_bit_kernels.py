@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import assert_all_on_openvino, run_fxvino
+from harness import assert_all_on_openvino, cpu_computes_bf16, run_fxvino
 
 CASES = {
     "times_a_number": lambda x, y: x * 0.1,
@@ -37,6 +37,9 @@ CASES = {
     "cumsum": lambda x, y: x.cumsum(0),
     "cumsum_to_float32": lambda x, y: x.cumsum(0, dtype=torch.float32),
 }
+# With bf16 kernels (AVX512-BF16, AMX) the plugin computes these with the bf16 constant, since
+# the casts to f32 and back cost (GPT-2 bf16 4-12%): within a bf16 step of eager's there.
+BF16_CONSTANT_WITH_BF16_KERNELS = {"times_a_number", "times_a_0d_float32", "leaky_relu"}
 PARAMS = [pytest.param(c, d, id=f"{c}-{str(d)[6:]}") for c in CASES for d in (torch.float16, torch.bfloat16)]
 
 
@@ -48,5 +51,6 @@ def test_a_16bit_op_equals_eagers_kernel(case, dtype):
     x, y = (torch.randn(4096) * 100).to(dtype), torch.randn(4096).to(dtype)
     out, report = run_fxvino(fn, x, y)
     assert out.dtype == fn(x, y).dtype
-    torch.testing.assert_close(out, fn(x, y), rtol=0.0, atol=0.0, equal_nan=True)
+    step = 2**-7 if dtype == torch.bfloat16 and case in BF16_CONSTANT_WITH_BF16_KERNELS and cpu_computes_bf16() else 0.0
+    torch.testing.assert_close(out, fn(x, y), rtol=step, atol=0.0, equal_nan=True)
     assert_all_on_openvino(report)

@@ -104,6 +104,8 @@ class LoweringContext:
     stream_keys: list[tuple[int, ov.Output]] = dataclasses.field(default_factory=list)
     # What the indices must satisfy (eager_checks.py); None when the graph is lowered without them.
     checks: list[ov.Output] | None = None
+    # The 16-bit float types the device computes in f32 (``lower_graph``'s ``widened``).
+    widened: frozenset[torch.dtype] = frozenset()
 
     def random_seed(self) -> ov.Output:
         """This call's seed (two i32), an extra model input the runtime fills (``InputSpec("seed")``)."""
@@ -128,7 +130,7 @@ def lower_graph(
     their values are rounded where PyTorch's rounding is observable (``rounding.py``). With
     ``checks``, the conditions its indices must meet come back as one more boolean result
     (eager_checks.py), for a runtime that runs the graph in PyTorch when they fail."""
-    ctx = LoweringContext(name, checks=[] if checks else None)
+    ctx = LoweringContext(name, checks=[] if checks else None, widened=frozenset(widened))
     params: list[ov.Node] = []
     packed: list[PackedValues] = []  # what its 4-bit constants were made from
     inputs: list[InputSpec] = []

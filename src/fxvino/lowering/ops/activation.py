@@ -12,6 +12,7 @@ from openvino.utils.node_factory import NodeFactory
 from fxvino.lowering import helpers as h
 from fxvino.lowering import precise
 from fxvino.lowering.registry import lowers
+from fxvino.lowering.rounding import op_operand, op_result
 
 aten = torch.ops.aten
 
@@ -113,14 +114,18 @@ def _after_a_product(x: ov.Output) -> bool:
 @lowers(aten.leaky_relu.default)
 def leaky_relu(ctx, node, x, negative_slope=0.01):
     """ATen multiplies 16-bit values by the f32 slope and rounds once: a slope the type does not
-    hold (0.01, 0.2) is applied in f32 (as an f16 constant, 630 of 4,096 f16 results were off).
-    After a convolution or a matrix product the 16-bit slope is kept: the plugin fuses the
-    PRelu into that product (which rounds nothing in between), and the casts around an f32
-    PRelu would cost a pass over the product's output (bf16 convolutions on a Zen 5)."""
+    hold (0.01, 0.2) is applied in f32 (as an f16 constant, 630 of 4,096 f16 results were off)
+    where the device computes the type in f32 anyway. Where it has kernels for it (bf16 on
+    AVX512-BF16 and AMX), and after a convolution or a matrix product, which the plugin fuses
+    the PRelu into, the 16-bit slope is kept: the casts around an f32 PRelu cost a pass over
+    the product's output (bf16 convolutions on a Zen 5)."""
     dtype = h.out_dtype(node)
     held = float(torch.tensor(float(negative_slope)).to(dtype)) == negative_slope
-    compute = dtype if held or _after_a_product(x) else h.opmath_dtype(dtype)
-    return h.cast(ops.prelu(h.cast(x, compute), h.const([negative_slope], compute)).output(0), dtype)
+    free = dtype in ctx.widened and not _after_a_product(x)  # computed in f32 anyway
+    compute = h.opmath_dtype(dtype) if free and not held else dtype
+    x = h.cast(x, dtype)
+    x = op_operand(x) if compute != dtype else x
+    return op_result(ops.prelu(x, h.const([negative_slope], compute)).output(0), dtype)
 
 
 @lowers(aten.hardtanh.default)
