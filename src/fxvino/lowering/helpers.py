@@ -126,6 +126,11 @@ def one_element(v: Value) -> bool:
     return not is_output(v) or all(d == 1 for d in static_shape(v))
 
 
+def holds(dtype: torch.dtype, number: float | int | bool) -> bool:
+    """Whether ``dtype`` holds the Python ``number`` exactly (0.1 is no bf16 or f16 value)."""
+    return float(torch.tensor(float(number)).to(dtype)) == number
+
+
 def shape_of(x: ov.Output) -> ov.Output:
     return ops.shape_of(x, ov.Type.i64).output(0)
 

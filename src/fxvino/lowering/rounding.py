@@ -141,11 +141,13 @@ def cast_constants(model: ov.Model) -> int:
 _WITHIN_OP = "fxvino_within_op"
 
 
-def op_operand(v: ov.Output) -> ov.Output:
+def op_operand(v: h.Value) -> ov.Output:
     """A 16-bit operand widened to f32 for an op that computes in f32, as ATen's kernels do.
     Where the device computes the type in f32 the operand is not rounded first (a 16-bit op's
     operand would not be either: a chain stays in f32 between observed values; rounding each
-    such cast made a chain of three f16 ops 3-4x slower)."""
+    such cast made a chain of three f16 ops 3-4x slower). A Python number is its f32 constant."""
+    if not h.is_output(v):
+        return h.const(v, torch.float32)
     return _within_op(h.cast(v, torch.float32), v)
 
 

@@ -120,9 +120,8 @@ def leaky_relu(ctx, node, x, negative_slope=0.01):
     the PRelu into, the 16-bit slope is kept: the casts around an f32 PRelu cost a pass over
     the product's output (bf16 convolutions on a Zen 5)."""
     dtype = h.out_dtype(node)
-    held = float(torch.tensor(float(negative_slope)).to(dtype)) == negative_slope
     free = dtype in ctx.widened and not _after_a_product(x)  # computed in f32 anyway
-    compute = h.opmath_dtype(dtype) if free and not held else dtype
+    compute = h.opmath_dtype(dtype) if free and not h.holds(dtype, negative_slope) else dtype
     x = h.cast(x, dtype)
     x = op_operand(x) if compute != dtype else x
     return op_result(ops.prelu(x, h.const([negative_slope], compute)).output(0), dtype)

@@ -225,15 +225,13 @@ def _scalar_16bit(dtype: torch.dtype, b: h.Value) -> bool:
 
 def _f32_operands(dtype: torch.dtype, a: h.Value, b: h.Value) -> tuple[ov.Output, ov.Output]:
     """``a`` as ``dtype`` and ``b`` by its own value, both in f32 (see :func:`_scalar_16bit`)."""
-    return op_operand(h.cast(a, dtype)), op_operand(b) if h.is_output(b) else h.const(b, torch.float32)
+    return op_operand(h.cast(a, dtype)), op_operand(b)
 
 
 def _holds(dtype: torch.dtype, b: h.Value) -> bool:
     """Whether ``b`` is a value of ``dtype`` or a number it holds exactly: then the 16-bit op
     gives the result of ATen's scalar kernel, and its graph stays as it was."""
-    if h.is_output(b):
-        return h.dtype_of(b) == dtype
-    return float(torch.tensor(float(b)).to(dtype)) == b
+    return h.dtype_of(b) == dtype if h.is_output(b) else h.holds(dtype, b)
 
 
 @lowers(aten.mul.Tensor, aten.mul.Scalar)
@@ -267,17 +265,16 @@ def div(ctx, node, a, b, rounding_mode=None):
         # dynamic (or the graph compiled without snippets), the plugin multiplied bf16 by the
         # reciprocal rounded to bf16 (-a / b: 1,009 of 4,096 quotients one bf16 step off eager's
         # on the Zen 4).
-        scalar = _scalar_16bit(dtype, b)
+        scalar, sixteen_bit = _scalar_16bit(dtype, b), dtype != h.opmath_dtype(dtype)
         if scalar:
             a, b = _f32_operands(dtype, a, b)
         else:
             a, b = (h.cast(v, dtype) for v in (a, b))
-            a, b = (op_operand(a), op_operand(b)) if dtype != h.opmath_dtype(dtype) else (a, b)
+            a, b = (op_operand(a), op_operand(b)) if sixteen_bit else (a, b)
         q = ops.divide(a, b).output(0)
         if rounding_mode == "trunc":
             # ATen truncates the 16-bit quotient, or the f32 one by a scalar (f16 truncated
             # unrounded was one off in 494 of 4,096 quotients by a tensor; rounded, 187 by 0.3).
-            sixteen_bit = dtype != h.opmath_dtype(dtype)
             q = h.trunc(round_to(q, dtype) if sixteen_bit and not scalar else q)
         return op_result(q, dtype)
     a, b = h.to_wrapping(node, a, b)  # (uint8's remainders went negative and wrapped)
