@@ -84,8 +84,10 @@ from fxvino.utils.fx import fetch_attr
 # fusion cancels or leaves the range kept apart, which older entries' lose or fuse; 30: float
 # divisions kept IEEE's where the plugin made them a multiply by the reciprocal; 31: 16-bit
 # products and quotients by a scalar, leaky slopes, rsqrt and running sums computed as ATen's
-# kernels compute them, where older entries' were a step off).
-KEY_FORMAT = 31
+# kernels compute them, where older entries' were a step off; 32: 16-bit composites computed in
+# f32 (erf, log1p, softplus, ...) leave their casts unrounded inside a chain, where older entries'
+# round them).
+KEY_FORMAT = 32
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.
 _PARALLEL_BYTES = 64 << 20

@@ -251,12 +251,6 @@ def opmath_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def to_opmath(node: torch.fx.Node, *values: Value) -> list[ov.Output]:
-    """Like :func:`to_out`, in :func:`opmath_dtype`: the result is cast back with :func:`cast`."""
-    dtype = opmath_dtype(out_dtype(node))
-    return [cast(v, dtype) for v in values]
-
-
 def is_float(dtype: torch.dtype) -> bool:
     return dtype.is_floating_point
 

@@ -6,7 +6,7 @@ and 0 below ~6e-8 (eager: within half an f32 step), ``exp(x) - 1`` 2.3e-5 off at
 930x its value at -20 (1.9e-6 where the value is 2.1e-9) and 0 at -15, and Erf more than 2.4e-7
 relative off everywhere below 0.32 (5.6% at 1e-6, 0 below ~6e-8). Those are the values that
 losses, log-probabilities and Mamba's step sizes are made of. Each helper computes in its
-operand's type; 16-bit lowerings call them in f32 (``helpers.to_opmath``).
+operand's type; 16-bit lowerings call them in f32 (``rounding.opmath_operands``).
 """
 
 from __future__ import annotations

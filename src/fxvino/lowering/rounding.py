@@ -151,6 +151,15 @@ def op_operand(v: h.Value) -> ov.Output:
     return _within_op(h.cast(v, torch.float32), v)
 
 
+def opmath_operands(node: torch.fx.Node, *values: h.Value) -> list[ov.Output]:
+    """``node``'s operands in the type ATen's kernel computes its result type in
+    (:func:`helpers.opmath_dtype`: f32 for 16-bit floats), widened as :func:`op_operand` widens
+    them; cast the result back with :func:`op_result`. For composites (``erf``, ``softplus``,
+    ``atan2``, ...) whose intermediates ATen never rounds to 16 bits."""
+    dtype = h.opmath_dtype(h.out_dtype(node))
+    return [_within_op(h.cast(v, dtype), v) if h.is_output(v) else h.const(v, dtype) for v in values]
+
+
 def op_result(v: ov.Output, dtype: torch.dtype) -> ov.Output:
     """An op's result computed in f32, cast to its 16-bit ``dtype``: rounded where the value is
     observed (a Result, a cast), not here, where the device computes ``dtype`` in f32 (see

@@ -12,7 +12,7 @@ from openvino.utils.node_factory import NodeFactory
 from fxvino.lowering import helpers as h
 from fxvino.lowering import precise
 from fxvino.lowering.registry import lowers
-from fxvino.lowering.rounding import op_operand, op_result
+from fxvino.lowering.rounding import op_operand, op_result, opmath_operands
 
 aten = torch.ops.aten
 
@@ -76,13 +76,13 @@ def mish(ctx, node, x):
 @lowers(aten.softplus.default)
 def softplus(ctx, node, x, beta=1, threshold=20):
     """Not the plugin's SoftPlus, which loses the tail (0 at -15, 930x the value at -20)."""
-    (x,) = h.to_opmath(node, x)
+    (x,) = opmath_operands(node, x)
     dtype = h.dtype_of(x)
     bx = ops.multiply(x, h.const(beta, dtype)).output(0) if beta != 1 else x
     soft = precise.softplus(bx)
     if beta != 1:
         soft = ops.divide(soft, h.const(beta, dtype)).output(0)
-    return h.cast(ops.select(ops.greater(bx, h.const(threshold, dtype)), x, soft).output(0), h.out_dtype(node))
+    return op_result(ops.select(ops.greater(bx, h.const(threshold, dtype)), x, soft).output(0), h.out_dtype(node))
 
 
 @lowers(aten.elu.default)
@@ -90,14 +90,14 @@ def elu(ctx, node, x, alpha=1.0, scale=1.0, input_scale=1.0):
     """The plugin's Elu; SELU's and CELU's scales in f32 for 16-bit inputs (SELU's 1.0507 as a
     bf16 constant is 1.0547: 2,873 of 4,096 bf16 results were off eager's, by up to 4 steps)."""
     scaled = scale != 1 or input_scale != 1
-    (x,) = h.to_opmath(node, x) if scaled else (x,)
+    (x,) = opmath_operands(node, x) if scaled else (x,)
     dtype = h.dtype_of(x)
     if input_scale != 1:
         x = ops.multiply(x, h.const(input_scale, dtype)).output(0)
     y = ops.elu(x, float(alpha)).output(0)
     if scale != 1:
         y = ops.multiply(y, h.const(scale, dtype)).output(0)
-    return h.cast(y, h.out_dtype(node))
+    return op_result(y, h.out_dtype(node)) if scaled else h.cast(y, h.out_dtype(node))
 
 
 # Producers the CPU plugin fuses a PRelu into as a post-op (a bias Add after them too).

@@ -12,7 +12,7 @@ from fxvino.lowering import eager_checks, precise
 from fxvino.lowering import helpers as h
 from fxvino.lowering.ops import float_mod
 from fxvino.lowering.registry import lowers
-from fxvino.lowering.rounding import op_operand, op_result, round_to
+from fxvino.lowering.rounding import op_operand, op_result, opmath_operands, round_to
 
 aten = torch.ops.aten
 
@@ -126,27 +126,27 @@ def reciprocal(ctx, node, x):
 
 @lowers(aten.log2.default, aten.log10.default)
 def log_base(ctx, node, x):
-    (x,) = h.to_opmath(node, x)
+    (x,) = opmath_operands(node, x)
     base = 2.0 if node.target is aten.log2.default else 10.0
-    return h.cast(ops.divide(ops.log(x), h.const(math.log(base), h.dtype_of(x))).output(0), h.out_dtype(node))
+    return op_result(ops.divide(ops.log(x), h.const(math.log(base), h.dtype_of(x))).output(0), h.out_dtype(node))
 
 
 @lowers(aten.log1p.default)
 def log1p(ctx, node, x):
-    (x,) = h.to_opmath(node, x)
-    return h.cast(precise.log1p(x), h.out_dtype(node))
+    (x,) = opmath_operands(node, x)
+    return op_result(precise.log1p(x), h.out_dtype(node))
 
 
 @lowers(aten.expm1.default)
 def expm1(ctx, node, x):
-    (x,) = h.to_opmath(node, x)
-    return h.cast(precise.expm1(x), h.out_dtype(node))
+    (x,) = opmath_operands(node, x)
+    return op_result(precise.expm1(x), h.out_dtype(node))
 
 
 @lowers(aten.erf.default)
 def erf(ctx, node, x):
-    (x,) = h.to_opmath(node, x)
-    return h.cast(precise.erf(x), h.out_dtype(node))
+    (x,) = opmath_operands(node, x)
+    return op_result(precise.erf(x), h.out_dtype(node))
 
 
 @lowers(aten.exp2.default)
@@ -403,8 +403,8 @@ def _nan_propagating(result, a, b):
 
 @lowers(aten.atan2.default)
 def atan2(ctx, node, a, b):
-    a, b = h.to_opmath(node, a, b)
-    return h.cast(_atan2(a, b), h.out_dtype(node))
+    a, b = opmath_operands(node, a, b)
+    return op_result(_atan2(a, b), h.out_dtype(node))
 
 
 def _sign_bit(x):
