@@ -15,6 +15,7 @@ import openvino as ov
 import openvino.opset16 as ops
 import torch
 
+from fxvino.utils.dtypes import SIXTEEN_BIT_FLOATS
 from fxvino.utils.thread_binding import plugin_load_without_binding
 
 VIRTUAL_DEVICES = ("AUTO", "MULTI", "HETERO", "BATCH")
@@ -145,7 +146,7 @@ def widened_types(device: str) -> frozenset[torch.dtype]:
         return frozenset()
     # A CPU that does not answer: round both, which is always right.
     bf16_kernels = "BF16" in (capabilities("CPU") or ()) and bf16_capped() is None
-    return frozenset({torch.float16} if bf16_kernels else {torch.float16, torch.bfloat16})
+    return frozenset({torch.float16} if bf16_kernels else SIXTEEN_BIT_FLOATS)
 
 
 # oneDNN's ISA levels (its ``ONEDNN_MAX_CPU_ISA`` values) and which of ``_CPU_EXTENSIONS``

@@ -260,11 +260,6 @@ GENERATED_XFAILS: dict[tuple[str, str, str], str] = {
         "bfloat16",
     ): "[wrong-result] Tensor-likes are not close!; Mismatched elements: 1 / 72 (1.4%); Greatest absolute difference: 0.0009765625 at index (1, 1, 2, 0) (up to 1e-05 allowed); vs float64 reference: 1 element(s) worse than 2x eager's error, by up to 0.000244",
     (
-        "native_layer_norm",
-        "",
-        "bfloat16",
-    ): "[wrong-result] Tensor-likes are not close!; Mismatched elements: 1 / 12 (8.3%); Greatest absolute difference: 0.00689697265625 at index (1, 0, 2) (up to 1e-05 allowed); vs float64 reference: 1 element(s) worse than 2x eager's error, by up to 0.00684",
-    (
         "nn.functional.conv_transpose1d",
         "",
         "bfloat16",
@@ -279,11 +274,6 @@ GENERATED_XFAILS: dict[tuple[str, str, str], str] = {
         "",
         "float32",
     ): "[dynamo-error] Unsupported: Dynamic shape operator (no meta kernel) (Operator `aten._ctc_loss.default` does not have a meta kernel that supports dynamic output shapes)",
-    (
-        "nn.functional.embedding_bag",
-        "",
-        "bfloat16",
-    ): "[wrong-result] Tensor-likes are not close!; Mismatched elements: 2 / 10 (20.0%); Greatest absolute difference: 0.13671875 at index (0, 4) (up to 1e-05 allowed); vs float64 reference: 2 element(s) worse than 2x eager's error, by up to 0.122",
     ("nn.functional.fractional_max_pool2d", "", "bfloat16"): "[missing-lowering] aten.fractional_max_pool2d.default",
     ("nn.functional.fractional_max_pool2d", "", "float16"): "[missing-lowering] aten.fractional_max_pool2d.default",
     ("nn.functional.fractional_max_pool2d", "", "float32"): "[missing-lowering] aten.fractional_max_pool2d.default",
@@ -305,11 +295,6 @@ GENERATED_XFAILS: dict[tuple[str, str, str], str] = {
         "",
         "float32",
     ): "[dynamo-error] UserError: Could not guard on data-dependent expression Eq(u0, 1) (unhinted: Eq(u0, 1)).  (Size-like symbols: none)",
-    (
-        "nn.functional.layer_norm",
-        "",
-        "bfloat16",
-    ): "[wrong-result] Tensor-likes are not close!; Mismatched elements: 1 / 12 (8.3%); Greatest absolute difference: 0.00689697265625 at index (1, 0, 2) (up to 1e-05 allowed); vs float64 reference: 1 element(s) worse than 2x eager's error, by up to 0.00684",
     (
         "nn.functional.linear",
         "",
@@ -774,10 +759,7 @@ GENERATED_XFAIL_SAMPLE: dict[tuple[str, str, str], int] = {
     ("narrow", "", "float32"): 2,
     ("narrow", "", "int64"): 2,
     ("native_batch_norm", "", "bfloat16"): 5,
-    ("native_layer_norm", "", "bfloat16"): 5,
     ("nn.functional.conv_transpose1d", "", "bfloat16"): 3,
-    ("nn.functional.embedding_bag", "", "bfloat16"): 2,
-    ("nn.functional.layer_norm", "", "bfloat16"): 2,
     ("nn.functional.linear", "", "bfloat16"): 3,
     ("nn.functional.multi_head_attention_forward", "", "bfloat16"): 2,
     ("nn.functional.multi_head_attention_forward", "", "float16"): 2,

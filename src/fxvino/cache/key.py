@@ -86,8 +86,8 @@ from fxvino.utils.fx import fetch_attr
 # products and quotients by a scalar, leaky slopes, rsqrt and running sums computed as ATen's
 # kernels compute them, where older entries' were a step off; 32: 16-bit composites computed in
 # f32 (erf, log1p, softplus, ...) leave their casts unrounded inside a chain, where older entries'
-# round them, and 16-bit addmm/addmv/addbmm scale in f32 and addbmm rounds each batch's sum, where
-# older entries' were a step off).
+# round them, and 16-bit addmm/addmv/addbmm scale in f32, addbmm rounds each batch's sum,
+# layer_norm and embedding_bag compute in f32, where older entries' were a step off).
 KEY_FORMAT = 32
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.

@@ -19,7 +19,7 @@ import openvino.opset16 as ops
 import torch
 import torch.fx
 
-from fxvino.utils.dtypes import ov_type, to_numpy, torch_dtype
+from fxvino.utils.dtypes import SIXTEEN_BIT_FLOATS, ov_type, to_numpy, torch_dtype
 
 Value = Any  # ov.Output | int | float | bool | None | list
 
@@ -248,7 +248,7 @@ def opmath_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype a composite op computes ``dtype`` in: ATen's CPU kernels compute 16-bit floats in
     f32 and round once (``opmath_type``), where OpenVINO would round each intermediate and each
     constant (ln 2 or SELU's scale) to 16 bits."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    return torch.float32 if dtype in SIXTEEN_BIT_FLOATS else dtype
 
 
 def is_float(dtype: torch.dtype) -> bool:

@@ -16,10 +16,10 @@ import torch
 import torch.fx
 
 from fxvino.utils.batch_norm import scale_and_shift
+from fxvino.utils.dtypes import SIXTEEN_BIT_FLOATS
 from fxvino.utils.fx import fetch_attr
 
 aten = torch.ops.aten
-_SIXTEEN = (torch.bfloat16, torch.float16)
 
 
 def fold_batch_norms(gm: torch.fx.GraphModule) -> int:
@@ -65,7 +65,7 @@ def _plan(gm: torch.fx.GraphModule, bn: torch.fx.Node) -> tuple | None:
     if any(u.target is not operator.getitem or u.args[1] != 0 for u in bn.users):
         return None
     weight, dtype = _cast_of_frozen(gm, conv.args[1])
-    if weight is None or dtype not in _SIXTEEN:
+    if weight is None or dtype not in SIXTEEN_BIT_FLOATS:
         return None
     bias = None
     if conv.args[2] is not None:

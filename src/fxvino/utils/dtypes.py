@@ -20,6 +20,10 @@ TORCH_TO_OV: dict[torch.dtype, ov.Type] = {
 }
 OV_TO_TORCH: dict[ov.Type, torch.dtype] = {v: k for k, v in TORCH_TO_OV.items()}
 
+# The 16-bit floats: ATen computes their arithmetic in f32 (its ``opmath_type``) and rounds, and
+# OpenVINO's CPU plugin computes them in f32 or in bf16 by CPU class (``devices.widened_types``).
+SIXTEEN_BIT_FLOATS: frozenset[torch.dtype] = frozenset({torch.float16, torch.bfloat16})
+
 # numpy cannot hold bf16: it travels as int16 bits and is re-labelled on either side.
 TORCH_TO_NUMPY_CARRIER: dict[torch.dtype, torch.dtype] = {torch.bfloat16: torch.int16}
 

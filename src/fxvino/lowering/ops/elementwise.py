@@ -13,6 +13,7 @@ from fxvino.lowering import helpers as h
 from fxvino.lowering.ops import float_mod
 from fxvino.lowering.registry import lowers
 from fxvino.lowering.rounding import op_operand, op_result, opmath_operands, round_to
+from fxvino.utils.dtypes import SIXTEEN_BIT_FLOATS
 
 aten = torch.ops.aten
 
@@ -220,7 +221,7 @@ def _scalar_16bit(dtype: torch.dtype, b: h.Value) -> bool:
     Python number, a 0-d tensor) of a 16-bit result. They compute in f32 with ``b``'s own
     value, unrounded, and round once (``x * 0.1`` was 1,418 of 4,096 f16 values off, with 0.1
     rounded to f16 first)."""
-    return dtype in (torch.float16, torch.bfloat16) and h.one_element(b)
+    return dtype in SIXTEEN_BIT_FLOATS and h.one_element(b)
 
 
 def _f32_operands(dtype: torch.dtype, a: h.Value, b: h.Value) -> tuple[ov.Output, ov.Output]:

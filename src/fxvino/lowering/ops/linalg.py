@@ -186,7 +186,7 @@ def addbmm(ctx, node, bias, b1, b2, *, beta=1, alpha=1):
     batches, or a dynamic count, the batch joins the inner dimension: one product
     ``[n, B*m] @ [B*m, p]``, rounded in another order (and once)."""
     out = h.out_dtype(node)
-    compute = torch.float32 if out in (torch.float16, torch.bfloat16) else out
+    compute = h.opmath_dtype(out)
     bias, b1, b2 = (h.cast(v, compute) for v in h.to_out(node, bias, b1, b2))
     empty = _zeros_if_empty(node, b1, b2)
     batches = h.static_shape(b1)[0]

@@ -207,7 +207,7 @@ def _gather_resize(op, x, plan: _Plan):
     """
     r = h.rank(x)
     out_dtype = h.dtype_of(x)
-    dtype = torch.float32 if out_dtype in (torch.bfloat16, torch.float16) else out_dtype
+    dtype = h.opmath_dtype(out_dtype)
     x = h.cast(x, dtype)
     for k in range(plan.spatial):
         axis = r - plan.spatial + k
@@ -320,7 +320,7 @@ def grid_sampler_2d(ctx, node, x, grid, interpolation_mode, padding_mode, align_
     }
     # Half-precision inputs are sampled in float32 (torch's CPU kernel computes in float too).
     dtype = h.dtype_of(x)
-    compute = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    compute = h.opmath_dtype(dtype)
     y = ops9.grid_sample(h.cast(x, compute), h.cast(grid, compute), attrs).output(0)
     return h.cast(y, dtype)
 

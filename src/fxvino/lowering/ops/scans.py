@@ -23,8 +23,9 @@ import torch
 
 from fxvino.lowering import eager_checks, precise
 from fxvino.lowering import helpers as h
-from fxvino.lowering.ops.sorting import LOW_PRECISION, exact_key, first_extreme, positions, ranked, sorted_along
+from fxvino.lowering.ops.sorting import exact_key, first_extreme, positions, ranked, sorted_along
 from fxvino.lowering.registry import lowers
+from fxvino.utils.dtypes import SIXTEEN_BIT_FLOATS
 
 aten = torch.ops.aten
 
@@ -71,7 +72,7 @@ def _scan_axis(x: ov.Output, dim: int) -> tuple[int, int]:
 
 def _scan_dtype(out: torch.dtype) -> torch.dtype:
     # torch's CPU scans accumulate half types in float32; 8-bit products wrap in i32.
-    return torch.float32 if out in LOW_PRECISION else h.wrapping_dtype(out)
+    return torch.float32 if out in SIXTEEN_BIT_FLOATS else h.wrapping_dtype(out)
 
 
 def _cumprod_ok(node) -> str | None:
@@ -314,7 +315,7 @@ def _search_dtype(args) -> torch.dtype:
     types widen to float32 (so a Python number is not rounded to them)."""
     dtypes = [h.meta(a).dtype if isinstance(a, torch.fx.Node) else h.dtype_of(a) for a in args]
     common = torch.promote_types(*dtypes)
-    return torch.float32 if common in LOW_PRECISION else common
+    return h.opmath_dtype(common)
 
 
 def _search(ctx, node, boundaries, values, right: bool, out_int32: bool, sorter=None) -> ov.Output:

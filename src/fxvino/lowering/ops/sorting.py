@@ -23,10 +23,10 @@ import torch
 from fxvino.lowering import eager_checks
 from fxvino.lowering import helpers as h
 from fxvino.lowering.registry import lowers
+from fxvino.utils.dtypes import SIXTEEN_BIT_FLOATS
 
 aten = torch.ops.aten
 
-LOW_PRECISION = (torch.float16, torch.bfloat16)
 # Largest sort length whose tie-break key run * n + index, below (n + 1) * n, fits int32.
 _STABLE_LIMIT = 46340
 
@@ -51,7 +51,7 @@ def positions(k, axis: int, r: int) -> ov.Output:
 def exact_key(x: ov.Output) -> ov.Output:
     """``x`` in a type TopK/ReduceMax handle exactly: half types widen, bool becomes int32."""
     dtype = h.dtype_of(x)
-    if dtype in LOW_PRECISION:
+    if dtype in SIXTEEN_BIT_FLOATS:
         return h.cast(x, torch.float32)
     if dtype == torch.bool:
         return h.cast(x, torch.int32)
@@ -311,7 +311,7 @@ def _cumsum_ok(node) -> str | None:
 def cumsum(ctx, node, x, dim, *, dtype=None):
     out = h.out_dtype(node)
     # torch's CPU kernel accumulates half-precision types in float32.
-    x = h.cast(x, torch.float32 if out in LOW_PRECISION else out)
+    x = h.cast(x, h.opmath_dtype(out))
     if h.rank(x) == 0:
         return h.cast(x, out)
     axis = h.norm_dim(dim, h.rank(x))

@@ -23,6 +23,7 @@ import torch
 from fxvino.lowering import helpers as h
 from fxvino.lowering import precise
 from fxvino.lowering.registry import lowers
+from fxvino.utils.dtypes import SIXTEEN_BIT_FLOATS
 
 aten = torch.ops.aten
 
@@ -268,7 +269,7 @@ def _frac_round(x: ov.Output) -> ov.Output:
 
 def _no_16_bit(node: torch.fx.Node) -> str | None:
     """For the ops eager has no 16-bit kernel of: PyTorch runs them and raises its error."""
-    if h.meta(node.args[0]).dtype in (torch.float16, torch.bfloat16):
+    if h.meta(node.args[0]).dtype in SIXTEEN_BIT_FLOATS:
         return "torch has no 16-bit kernel of it: PyTorch raises its error"
     return None
 
