@@ -87,7 +87,7 @@ from fxvino.utils.fx import fetch_attr
 # kernels compute them, where older entries' were a step off; 32: 16-bit composites computed in
 # f32 (erf, log1p, softplus, ...) leave their casts unrounded inside a chain, where older entries'
 # round them, and 16-bit addmm/addmv/addbmm scale in f32, addbmm rounds each batch's sum,
-# layer_norm and embedding_bag compute in f32, where older entries' were a step off).
+# layer_norm, embedding_bag and var compute in f32, where older entries' were a step off).
 KEY_FORMAT = 32
 WEIGHTS_HASH = "blake3"
 # Below this many bytes a thread pool costs more than it saves.
