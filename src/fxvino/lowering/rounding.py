@@ -141,14 +141,15 @@ def cast_constants(model: ov.Model) -> int:
 _WITHIN_OP = "fxvino_within_op"
 
 
-def op_operand(v: h.Value) -> ov.Output:
-    """A 16-bit operand widened to f32 for an op that computes in f32, as ATen's kernels do.
-    Where the device computes the type in f32 the operand is not rounded first (a 16-bit op's
-    operand would not be either: a chain stays in f32 between observed values; rounding each
-    such cast made a chain of three f16 ops 3-4x slower). A Python number is its f32 constant."""
+def op_operand(v: h.Value, dtype: torch.dtype = torch.float32) -> ov.Output:
+    """A 16-bit operand widened to f32 (or ``dtype``) for an op that computes in f32, as ATen's
+    kernels do. Where the device computes the type in f32 the operand is not rounded first (a
+    16-bit op's operand would not be either: a chain stays in f32 between observed values;
+    rounding each such cast made a chain of three f16 ops 3-4x slower). A Python number is its
+    constant."""
     if not h.is_output(v):
-        return h.const(v, torch.float32)
-    return _within_op(h.cast(v, torch.float32), v)
+        return h.const(v, dtype)
+    return _within_op(h.cast(v, dtype), v)
 
 
 def opmath_operands(node: torch.fx.Node, *values: h.Value) -> list[ov.Output]:
@@ -157,7 +158,7 @@ def opmath_operands(node: torch.fx.Node, *values: h.Value) -> list[ov.Output]:
     them; cast the result back with :func:`op_result`. For composites (``erf``, ``softplus``,
     ``atan2``, ...) whose intermediates ATen never rounds to 16 bits."""
     dtype = h.opmath_dtype(h.out_dtype(node))
-    return [_within_op(h.cast(v, dtype), v) if h.is_output(v) else h.const(v, dtype) for v in values]
+    return [op_operand(v, dtype) for v in values]
 
 
 def op_result(v: ov.Output, dtype: torch.dtype) -> ov.Output:

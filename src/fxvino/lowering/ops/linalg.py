@@ -10,7 +10,7 @@ import torch
 from fxvino.devices import cpu_features
 from fxvino.lowering import helpers as h
 from fxvino.lowering.registry import lowers
-from fxvino.lowering.rounding import op_operand, op_result
+from fxvino.lowering.rounding import op_operand, op_result, opmath_operands
 from fxvino.utils.dtypes import ov_type
 
 aten = torch.ops.aten
@@ -187,7 +187,7 @@ def addbmm(ctx, node, bias, b1, b2, *, beta=1, alpha=1):
     ``[n, B*m] @ [B*m, p]``, rounded in another order (and once)."""
     out = h.out_dtype(node)
     compute = h.opmath_dtype(out)
-    bias, b1, b2 = (h.cast(v, compute) for v in h.to_out(node, bias, b1, b2))
+    bias, b1, b2 = opmath_operands(node, *h.to_out(node, bias, b1, b2))
     empty = _zeros_if_empty(node, b1, b2)
     batches = h.static_shape(b1)[0]
     if empty is not None:
@@ -200,9 +200,9 @@ def addbmm(ctx, node, bias, b1, b2, *, beta=1, alpha=1):
         cols = h.static_shape(b2)[2] or h.dim(b2, 2)
         prods = [_as_2d(_scaled(ctx, _matmul(rows, h.reshape(b2, [-1, cols])), alpha), cols)]
     acc = None if beta == 0 else _scaled(ctx, bias, beta)  # torch ignores the bias at 0, NaN included
-    for prod in prods:
+    for i, prod in enumerate(prods):
         acc = prod if acc is None else ops.add(acc, prod).output(0)
-        if compute != out and len(prods) > 1:
+        if compute != out and i < len(prods) - 1:  # each step's sum is observed, as ATen's 16-bit result
             acc = h.cast(h.cast(acc, out), compute)
     return h.cast(acc, out)
 

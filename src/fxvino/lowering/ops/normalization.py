@@ -8,7 +8,7 @@ import torch
 
 from fxvino.lowering import helpers as h
 from fxvino.lowering.registry import lowers
-from fxvino.lowering.rounding import op_operand, op_result
+from fxvino.lowering.rounding import op_result, opmath_operands
 from fxvino.utils.batch_norm import scale_and_shift
 from fxvino.utils.dtypes import SIXTEEN_BIT_FLOATS
 
@@ -31,14 +31,13 @@ def native_layer_norm(ctx, node, x, normalized_shape, weight, bias, eps):
     error)."""
     r = h.rank(x)
     axes = h.const(list(range(r - len(normalized_shape), r)), torch.int64)
-    dtype = h.dtype_of(x)
-    y = op_operand(x) if dtype in SIXTEEN_BIT_FLOATS else x
+    (y,) = opmath_operands(node, x)
     y = ops.mvn(y, axes, True, float(eps), "inside_sqrt").output(0)
     if weight is not None:
         y = ops.multiply(y, h.cast_like(weight, y)).output(0)
     if bias is not None:
         y = ops.add(y, h.cast_like(bias, y)).output(0)
-    y = op_result(y, dtype)
+    y = op_result(y, h.out_dtype(node))
     used = h.used_outputs(node)
     if used <= {0}:
         return (y, None, None)

@@ -8,8 +8,7 @@ import torch
 from fxvino.lowering import eager_checks
 from fxvino.lowering import helpers as h
 from fxvino.lowering.registry import lowers
-from fxvino.lowering.rounding import op_operand, op_result
-from fxvino.utils.dtypes import SIXTEEN_BIT_FLOATS
+from fxvino.lowering.rounding import op_result, opmath_operands
 
 aten = torch.ops.aten
 
@@ -97,9 +96,7 @@ def var(ctx, node, x, dim=None, unbiased=None, keepdim=False, *, correction=None
     # A 16-bit variance is computed in f32 and rounded once, as ATen's kernel does: in f16 the
     # plugin divided by a reciprocal of the count rounded to f16 (18 of 64 variances off eager's).
     out = h.out_dtype(node)
-    x = h.cast(x, out)
-    if out in SIXTEEN_BIT_FLOATS:
-        x = op_operand(x)
+    (x,) = opmath_operands(node, h.cast(x, out))
     dtype = h.dtype_of(x)
     if _scalar_input(x):
         x = h.unsqueeze(x, 0)
